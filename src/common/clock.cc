@@ -1,0 +1,35 @@
+#include "common/clock.h"
+
+namespace shoal {
+
+Clock::TimePoint SystemClock::Now() const {
+  return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+}
+
+int64_t SystemClock::UnixMillis() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+SystemClock* SystemClock::Get() {
+  static SystemClock clock;
+  return &clock;
+}
+
+Clock::TimePoint FakeClock::Now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return TimePoint(elapsed_);
+}
+
+int64_t FakeClock::UnixMillis() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_unix_ms_ + std::chrono::duration_cast<std::chrono::milliseconds>(elapsed_).count();
+}
+
+void FakeClock::Advance(Duration d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  elapsed_ += d;
+}
+
+}  // namespace shoal

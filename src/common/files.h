@@ -1,0 +1,24 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace shoal {
+
+// Replaces `path` with `contents` so that a reader sees either the old or the new file, never a
+// torn one, even across a crash: write a temporary sibling, fsync it, rename, fsync the directory.
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
+                                 int mode = 0644);
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// mkdir -p with a clear error naming the path.
+absl::Status MakeDirs(const std::string& path, int mode = 0755);
+
+// An error status naming `what` and strerror(errno).
+absl::Status ErrnoStatus(std::string_view what, int err);
+
+}  // namespace shoal

@@ -1,0 +1,28 @@
+#include "spec/job_spec.h"
+
+namespace shoal::spec {
+
+const Role* JobSpec::FindRole(const std::string& role_name) const {
+  for (const auto& r : roles) {
+    if (r.name == role_name) return &r;
+  }
+  return nullptr;
+}
+
+uint32_t JobSpec::TotalTasks() const {
+  uint32_t n = 0;
+  for (const auto& r : roles) n += r.instances;
+  return n;
+}
+
+const char* FrameworkName(Framework f) {
+  switch (f) {
+    case Framework::kNone:
+      return "none";
+    case Framework::kPyTorch:
+      return "pytorch";
+  }
+  return "none";
+}
+
+}  // namespace shoal::spec

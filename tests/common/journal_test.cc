@@ -1,0 +1,53 @@
+#include "common/journal.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+
+namespace shoal {
+namespace {
+
+std::string TempPath(const char* name) {
+  auto dir = std::filesystem::temp_directory_path() / ("shoal-journal-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+TEST(JournalTest, RecordsBecomeVisibleOnlyAfterSync) {
+  std::string path = TempPath("a.jsonl");
+  std::filesystem::remove(path);
+  auto journal = Journal::Open(path);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  (*journal)->Append({{"type", "one"}});
+  (*journal)->Append({{"type", "two"}});
+  EXPECT_TRUE(Journal::ReadAll(path)->empty());
+  ASSERT_TRUE((*journal)->Sync().ok());
+  auto records = Journal::ReadAll(path);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[1]["type"], "two");
+}
+
+TEST(JournalTest, ReaderIgnoresATornLastLine) {
+  std::string path = TempPath("torn.jsonl");
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << "{\"type\":\"complete\"}\n{\"type\":\"to";
+  }
+  auto records = Journal::ReadAll(path);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0]["type"], "complete");
+}
+
+TEST(JournalTest, MissingFileIsNotFound) {
+  auto records = Journal::ReadAll("/nonexistent/shoal/events.jsonl");
+  EXPECT_EQ(records.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace shoal
