@@ -1,1 +1,111 @@
-int main() { return 0; }
+// The `shoal` binary: parse flags, hand over to the client commands or a daemon. Nothing else.
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "cli/daemons.h"
+#include "client/commands.h"
+#include "client/job_directory.h"
+
+namespace {
+
+std::string SelfPath(const char* argv0) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using shoal::client::kExitUsage;
+  CLI::App app{
+      "Shoal runs distributed training jobs described in one YAML file, and supervises them.\n"
+      "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 130 interrupted."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "shoal 0.1.0");
+  std::string jobs_dir;
+  app.add_option("--jobs-dir", jobs_dir,
+                 "Where job directories live (default: $SHOAL_JOBS_DIR, else ~/.shoal/jobs)");
+
+  shoal::client::RunOptions run;
+  uint32_t fake_gpus = 0;
+  auto* run_cmd = app.add_subcommand("run", "Run a job and follow it to its end (or --detach)");
+  run_cmd->add_option("job_file", run.job_file, "The job's YAML file")->required();
+  run_cmd->add_flag("-d,--detach", run.detach, "Print the job id and return once it started");
+  run_cmd->add_flag("-q,--quiet", run.quiet, "No live status line; task output and the outcome only");
+  auto* fake_opt = run_cmd->add_option(
+      "--fake-gpus", fake_gpus,
+      "Declare N GPUs on this machine instead of discovering them (for testing assignment)");
+  run_cmd->add_option("--listen", run.listen_host,
+                      "Address the job's master listens on (default 127.0.0.1)");
+
+  std::string job, task;
+  bool json = false, follow = false;
+  auto* status_cmd = app.add_subcommand("status", "Show a job's state and its tasks");
+  status_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
+  status_cmd->add_flag("--json", json, "Print status.json's form");
+
+  auto* list_cmd = app.add_subcommand("list", "List jobs, oldest first");
+  list_cmd->add_flag("--json", json, "Print JSON");
+
+  auto* logs_cmd = app.add_subcommand("logs", "Print a job's output, each line prefixed role:index");
+  logs_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
+  logs_cmd->add_option("--task", task, "Only this task's output, e.g. worker:1 (unprefixed)");
+  logs_cmd->add_flag("-f,--follow", follow, "Keep printing new output until the job ends");
+
+  auto* kill_cmd = app.add_subcommand("kill", "Stop every task of a job (SIGTERM, then SIGKILL)");
+  kill_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
+
+  std::string master_job_dir;
+  auto* master_cmd = app.add_subcommand("master", "Internal: the per-job master (started by run)");
+  master_cmd->add_option("--job-dir", master_job_dir, "The job directory")->required();
+
+  shoal::cli::AgentFlags agent;
+  uint32_t agent_fake_gpus = 0;
+  auto* agent_cmd = app.add_subcommand("agent", "Internal: a node agent (started by a backend)");
+  agent_cmd->add_option("--master", agent.master, "host:port of the job's master")->required();
+  agent_cmd->add_option("--node", agent.node, "The placement node this agent serves");
+  agent_cmd->add_option("--work-dir", agent.work_dir, "Where the agent keeps task files");
+  agent_cmd->add_option("--ports", agent.ports, "How many free ports to report");
+  agent_cmd->add_option("--master-grace-ms", agent.master_grace_ms,
+                        "Kill every task after the master is unreachable this long");
+  auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  // Signal handling is done by sigwait threads; block before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  bool daemon = master_cmd->parsed() || agent_cmd->parsed();
+  if (daemon) pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::string root = shoal::client::ResolveJobsRoot(jobs_dir);
+  std::string self = SelfPath(argv[0]);
+  if (run_cmd->parsed()) {
+    run.jobs_root = root;
+    run.shoal_binary = self;
+    if (fake_opt->count() > 0) run.fake_gpus = fake_gpus;
+    return shoal::client::RunJob(run);
+  }
+  if (status_cmd->parsed()) return shoal::client::ShowStatus(root, job, json);
+  if (list_cmd->parsed()) return shoal::client::ListJobs(root, json);
+  if (logs_cmd->parsed()) return shoal::client::ShowLogs(root, job, task, follow);
+  if (kill_cmd->parsed()) return shoal::client::KillJob(root, job);
+  if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self);
+  if (agent_cmd->parsed()) {
+    if (agent_fake->count() > 0) agent.fake_gpus = agent_fake_gpus;
+    return shoal::cli::RunAgentDaemon(agent);
+  }
+  return kExitUsage;
+}

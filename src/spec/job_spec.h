@@ -23,11 +23,23 @@ struct Role {
   std::vector<std::string> argv;
   std::string shell;
   std::map<std::string, std::string> env;
-  std::string working_dir;      // empty: the job directory's task folder
+  // The parser always fills it with an absolute path: `working_dir` resolved against the job
+  // file's directory, or that directory itself. Empty only in specs built by hand, where it
+  // means the job directory's task folder.
+  std::string working_dir;
   Resources resources;
   bool untracked = false;       // stopped once the tracked roles finish; never decides outcome
   std::vector<std::string> depends_on;  // start only after these roles are all running
   int line = 0;                 // line of the role's key in the job file, for messages
+
+  // 1-based lines of the `resources` keys, so that checks made after parsing (CheckFitsMachine)
+  // point at the key to edit. 0 where the key was not written; messages then use `line`.
+  struct ResourceLines {
+    int cpus = 0;
+    int memory = 0;
+    int gpus = 0;
+  };
+  ResourceLines resource_lines;
 };
 
 struct JobSpec {

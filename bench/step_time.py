@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Step time: the demo's mean optimizer step under `shoal run` versus the same two
+processes started by hand with the same environment.
+
+The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
+  shoal  `shoal run --jobs-dir DIR job.yaml` for a generated job: framework pytorch,
+         role `worker` with 2 instances running [PYTHON, /abs/path/train.py,
+         --epochs E], cpus 1 and 2GiB each as in the demo, OMP_NUM_THREADS=1; rank 0's
+         JSON line is read from shoal's stdout, where job output is prefixed `worker:0 | `
+  hand   the same two commands started directly with MASTER_ADDR=127.0.0.1, a free
+         MASTER_PORT, RANK, WORLD_SIZE=2, LOCAL_RANK, LOCAL_WORLD_SIZE=2 and
+         OMP_NUM_THREADS=1; rank 0's JSON line is read from its stdout
+The modes alternate (hand, shoal, shoal, hand, hand, ...) for --reps runs each. The
+figure compared is train.py's mean_step_ms (perf_counter around forward + backward
+with allreduce + optimizer step, averaged over every step after the first epoch).
+Prints one JSON object on stdout: each mode's runs and median, the ratio shoal/hand of
+the medians, and "within_1_percent" (|ratio - 1| <= 0.01).
+"""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+TRAIN = c.DEMO_DIR / "train.py"
+WORLD = 2
+
+
+def job_yaml(python, epochs, with_env=True):
+    argv = json.dumps([python, str(TRAIN), "--epochs", str(epochs)])
+    text = ("name: digits-ddp-bench\n"
+            "framework: pytorch\n"
+            "roles:\n"
+            "  worker:\n"
+            f"    instances: {WORLD}\n"
+            f"    command: {argv}\n"
+            "    resources: {cpus: 1, memory: 2GiB}\n")
+    if with_env:
+        text += '    env: {OMP_NUM_THREADS: "1"}\n'
+    return text
+
+
+def find_metric(stdout, prefix=None):
+    """The JSON object with "metric" in train.py's output. With prefix (e.g. "worker:0"),
+    only lines `PREFIX | {...}` count; otherwise bare lines."""
+    found = None
+    for line in stdout.splitlines():
+        if prefix is not None:
+            head, sep, rest = line.partition(" | ")
+            if not sep or head.strip() != prefix:
+                continue
+            line = rest
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "metric" in obj:
+            found = obj
+    return found
+
+
+def run_hand(python, epochs, timeout):
+    """Both ranks started directly; returns (metric dict or None, wall ms, error)."""
+    import subprocess
+    import time
+    port = c.free_port()
+    procs = []
+    t0 = time.perf_counter()
+    for rank in range(WORLD):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(
+            [python, str(TRAIN), "--epochs", str(epochs)], cwd=str(c.DEMO_DIR), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True))
+    outs, error = [], None
+    try:
+        for p in procs:
+            remaining = max(1.0, timeout - (time.perf_counter() - t0))
+            outs.append(p.communicate(timeout=remaining)[0])
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {timeout:g} s"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    ms = (time.perf_counter() - t0) * 1000.0
+    if error:
+        return None, None, error
+    bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        tail = " / ".join(outs[bad[0][0]].strip().splitlines()[-3:])
+        return None, ms, f"rank {bad[0][0]} exited {bad[0][1]}: {tail}"
+    metric = find_metric(outs[0])
+    if metric is None:
+        return None, ms, "no JSON metric line in rank 0's output"
+    return metric, ms, None
+
+
+def run_shoal(shoal, jobs_root, job, counter, timeout):
+    jobs_dir = jobs_root / f"jobs-{counter}"
+    jobs_dir.mkdir()
+    t = c.run_timed([shoal, "run", "--jobs-dir", str(jobs_dir), str(job)], timeout=timeout)
+    if not t.ok:
+        return None, t.ms, t.describe(), t.rc
+    metric = find_metric(t.stdout, prefix="worker:0")
+    if metric is None:
+        return None, t.ms, "no `worker:0 | {...}` JSON metric line on shoal's stdout", 0
+    return metric, t.ms, None, 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    c.add_shoal_arg(ap)
+    ap.add_argument("--reps", type=int, default=3, help="runs per mode (3)")
+    ap.add_argument("--epochs", type=int, default=30, help="train.py --epochs (30)")
+    ap.add_argument("--python", default=c.DEFAULT_PYTHON,
+                    help=f"interpreter with torch (default {c.DEFAULT_PYTHON})")
+    ap.add_argument("--timeout", type=float, default=300, help="per-run limit, s (300)")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary jobs dir")
+    args = ap.parse_args()
+    if args.reps < 1 or args.epochs < 2:
+        ap.error("--reps must be >= 1 and --epochs >= 2 (the first epoch is warmup)")
+
+    shoal, shoal_err = c.find_shoal(args.shoal)
+    result = {
+        "benchmark": "step_time",
+        "reps": args.reps,
+        "epochs": args.epochs,
+        "world_size": WORLD,
+        "train_py": str(TRAIN),
+        "python": args.python,
+        "shoal_binary": shoal,
+        "machine": c.machine_info(),
+        "target": "shoal's median mean_step_ms within 1% of the hand-started median",
+    }
+    if shoal_err:
+        result["shoal_error"] = shoal_err
+        c.log(f"step_time: {shoal_err}; measuring the hand-started anchor only")
+
+    runs = {"hand": [], "shoal": []}
+    errors = {}
+    with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
+        job = tmp / "digits-ddp-bench.yaml"
+        job.write_text(job_yaml(args.python, args.epochs))
+        with_env = True
+        counter = 0
+        for rep in range(args.reps):
+            order = ["hand", "shoal"] if rep % 2 == 0 else ["shoal", "hand"]
+            for mode in order:
+                if mode in errors or (mode == "shoal" and not shoal):
+                    continue
+                if mode == "hand":
+                    metric, ms, err = run_hand(args.python, args.epochs, args.timeout)
+                else:
+                    counter += 1
+                    metric, ms, err, rc = run_shoal(shoal, tmp, job, counter, args.timeout)
+                    if err and rc == 2 and with_env:
+                        # Exit 2 is "bad spec": retry once without the role's env key
+                        # (train.py defaults to 1 thread anyway) before giving up.
+                        c.log(f"step_time: shoal rejected the job ({err}); retrying "
+                              "without `env:`")
+                        with_env = False
+                        result["note"] = "job file without env: (shoal exited 2 with it)"
+                        job.write_text(job_yaml(args.python, args.epochs, with_env=False))
+                        counter += 1
+                        metric, ms, err, rc = run_shoal(shoal, tmp, job, counter,
+                                                        args.timeout)
+                if err:
+                    errors[mode] = err
+                    c.log(f"step_time: {mode} run failed: {err}; dropping {mode}")
+                    continue
+                runs[mode].append({
+                    "mean_step_ms": metric.get("mean_step_ms"),
+                    "steps": metric.get("steps"),
+                    "accuracy": metric.get("value"),
+                    "world_size": metric.get("world_size"),
+                    "wall_ms": None if ms is None else round(ms, 1),
+                })
+                c.log(f"step_time: rep {rep + 1}/{args.reps} {mode}: mean_step_ms "
+                      f"{metric.get('mean_step_ms')}, accuracy {metric.get('value')}, "
+                      f"wall {ms / 1000.0:.2f} s")
+
+    for mode in ("hand", "shoal"):
+        steps = [r["mean_step_ms"] for r in runs[mode] if r["mean_step_ms"] is not None]
+        walls = [r["wall_ms"] for r in runs[mode] if r["wall_ms"] is not None]
+        result[mode] = {
+            "median_step_ms": None if not steps else round(c.median(steps), 4),
+            "min_step_ms": None if not steps else round(min(steps), 4),
+            "median_wall_ms": None if not walls else round(c.median(walls), 1),
+            "runs": runs[mode],
+        }
+        if mode in errors:
+            result[mode]["error"] = errors[mode]
+    r = c.ratio(result["shoal"]["median_step_ms"], result["hand"]["median_step_ms"])
+    result["ratio_shoal_hand"] = r
+    # The fastest run of each mode is the least disturbed by other load on the machine.
+    result["min_ratio_shoal_hand"] = c.ratio(result["shoal"]["min_step_ms"],
+                                             result["hand"]["min_step_ms"])
+    result["wall_ratio_shoal_hand"] = c.ratio(result["shoal"]["median_wall_ms"],
+                                              result["hand"]["median_wall_ms"])
+    result["within_1_percent"] = None if r is None else abs(r - 1.0) <= 0.01
+    c.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,444 @@
+#include "agent/agent.h"
+
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "shoal/v1/shoal.grpc.pb.h"
+#include "spec/inventory.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace shoal::agent {
+
+// The agent's one stream to the master. Messages sent while the stream is down wait in a
+// bounded queue (exits and starts always; output only up to a limit) and go out on reconnect.
+class MasterLink {
+ public:
+  MasterLink(std::string address, std::string token)
+      : address_(std::move(address)), token_(std::move(token)) {}
+
+  bool Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                    std::chrono::milliseconds(1000))) {
+      return false;
+    }
+    stub_ = v1::Master::NewStub(channel_);
+    context_ = std::make_unique<grpc::ClientContext>();
+    context_->AddMetadata("authorization", "Bearer " + token_);
+    stream_ = stub_->AgentSession(context_.get());
+    open_ = stream_ != nullptr;
+    return open_;
+  }
+
+  // Writes now or queues for the next stream.
+  void Send(const v1::AgentMessage& message) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_ && stream_->Write(message)) return;
+    open_ = false;
+    bool is_log = message.kind_case() == v1::AgentMessage::kLog;
+    if (is_log && queued_log_bytes_ > kMaxQueuedLogBytes) return;
+    if (message.kind_case() == v1::AgentMessage::kHeartbeat) return;
+    if (is_log) queued_log_bytes_ += message.log().data().size();
+    queued_.push_back(message);
+  }
+
+  // Sends `first` (the registration), then everything queued while the link was down.
+  bool SendFirstThenQueued(const v1::AgentMessage& first) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_ || !stream_->Write(first)) return false;
+    while (!queued_.empty()) {
+      if (!stream_->Write(queued_.front())) return false;
+      queued_.pop_front();
+    }
+    queued_log_bytes_ = 0;
+    return true;
+  }
+
+  // Blocks in the caller's thread; only one reader.
+  bool Read(v1::MasterMessage* message) { return stream_ && stream_->Read(message); }
+
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    if (context_) context_->TryCancel();
+  }
+
+  void Finish() {
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>> stream;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = false;
+      if (context_) context_->TryCancel();
+      stream = std::move(stream_);
+    }
+    if (stream) stream->Finish();
+  }
+
+ private:
+  static constexpr size_t kMaxQueuedLogBytes = 8 << 20;
+  std::string address_;
+  std::string token_;
+  std::mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Master::Stub> stub_;
+  std::unique_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>> stream_;
+  bool open_ = false;
+  std::deque<v1::AgentMessage> queued_;
+  size_t queued_log_bytes_ = 0;
+};
+
+namespace {
+
+std::string KeyOf(const std::string& role, uint32_t index) {
+  return absl::StrCat(role, ":", index);
+}
+
+std::pair<std::string, uint32_t> SplitKey(const std::string& key) {
+  size_t colon = key.rfind(':');
+  return {key.substr(0, colon), static_cast<uint32_t>(std::stoul(key.substr(colon + 1)))};
+}
+
+// Ports the kernel hands out as free right now. Another process could take one before the task
+// binds it; the window is short and the task reports the failure like any other.
+std::vector<uint32_t> FindFreePorts(uint32_t count) {
+  std::vector<int> fds;
+  std::vector<uint32_t> ports;
+  for (uint32_t i = 0; i < count; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::close(fd);
+      break;
+    }
+    fds.push_back(fd);  // held open until all are found, so no port repeats
+    ports.push_back(ntohs(addr.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+// The address of this node as the master sees it: the source address the kernel would use to
+// reach the master. Loopback for a master on loopback.
+std::string AddressTowards(const std::string& master_address) {
+  std::string host = master_address.substr(0, master_address.rfind(':'));
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "127.0.0.1";
+  std::string result = "127.0.0.1";
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET_ADDRSTRLEN];
+      if (::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) result = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
+  if (options.master_address.empty()) return absl::InvalidArgumentError("--master is required");
+  if (options.token.empty()) {
+    return absl::InvalidArgumentError("SHOAL_AGENT_TOKEN is not set; the master gives it");
+  }
+  if (auto st = MakeDirs(options.work_dir); !st.ok()) return st;
+  auto agent = std::unique_ptr<Agent>(new Agent(std::move(options)));
+  SupervisorCallbacks callbacks;
+  Agent* self = agent.get();
+  callbacks.on_output = [self](const std::string& key, OutputStream stream, std::string_view data) {
+    v1::AgentMessage m;
+    auto [role, index] = SplitKey(key);
+    m.mutable_log()->mutable_task()->set_role(role);
+    m.mutable_log()->mutable_task()->set_index(index);
+    m.mutable_log()->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
+                                                                : v1::LogChunk::STREAM_STDOUT);
+    m.mutable_log()->set_data(std::string(data));
+    self->Send(m);
+  };
+  callbacks.on_exit = [self](const std::string& key, const ProcessExit& exit) {
+    self->OnExit(key, exit);
+  };
+  callbacks.on_notice = [self](const std::string& notice) {
+    v1::AgentMessage m;
+    m.set_notice(notice);
+    self->Send(m);
+  };
+  SupervisorOptions sup;
+  sup.instance_id = absl::StrCat(agent->options_.node_name, "-", ::getpid());
+  auto supervisor = ProcessSupervisor::Create(sup, std::move(callbacks));
+  if (!supervisor.ok()) return supervisor.status();
+  agent->supervisor_ = std::move(*supervisor);
+  return agent;
+}
+
+Agent::Agent(AgentOptions options)
+    : options_(std::move(options)),
+      link_(std::make_unique<MasterLink>(options_.master_address, options_.token)) {}
+
+Agent::~Agent() {
+  shutting_down_ = true;
+  cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  supervisor_.reset();  // kills anything left
+  link_->Finish();
+}
+
+void Agent::Send(const v1::AgentMessage& message) { link_->Send(message); }
+
+void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (starting_.count(key)) {
+      early_exits_[key] = exit;  // Launch sends it right after TaskStarted
+      return;
+    }
+    live_.erase(key);
+    stopping_.erase(key);
+  }
+  cv_.notify_all();
+  v1::AgentMessage m;
+  auto [role, index] = SplitKey(key);
+  auto* e = m.mutable_task_exited();
+  e->mutable_task()->set_role(role);
+  e->mutable_task()->set_index(index);
+  e->set_exit_code(exit.exit_code);
+  e->set_signal(exit.signal);
+  e->set_stopped_by_agent(exit.stopped_by_request);
+  if (exit.oom_killed) {
+    v1::AgentMessage notice;
+    notice.set_notice(absl::StrCat(key, " was killed for exceeding its memory limit"));
+    Send(notice);
+  }
+  Send(m);
+}
+
+bool Agent::Connect() {
+  if (!link_->Open()) return false;
+  v1::AgentMessage reg;
+  auto* r = reg.mutable_register_();
+  r->set_version(v1::PROTOCOL_VERSION_CURRENT);
+  r->set_node_name(options_.node_name);
+  spec::InventoryOptions inv_options;
+  inv_options.fake_gpus = options_.fake_gpus;
+  spec::MachineInventory inv = spec::DetectLocalInventory(inv_options);
+  auto* i = r->mutable_inventory();
+  i->set_hostname(inv.hostname);
+  i->set_address(AddressTowards(options_.master_address));
+  i->set_cpus(inv.cpus);
+  i->set_memory_bytes(inv.memory_bytes);
+  for (const auto& g : inv.gpus) i->add_gpus(g);
+  for (uint32_t p : FindFreePorts(options_.ports)) r->add_free_ports(p);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& key : live_) {
+      auto [role, index] = SplitKey(key);
+      auto* t = r->add_running_tasks();
+      t->set_role(role);
+      t->set_index(index);
+    }
+  }
+  return link_->SendFirstThenQueued(reg);
+}
+
+int Agent::Run() {
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  auto lost_since = std::chrono::steady_clock::now();
+  bool ever_connected = false;
+  int exit_code = 0;
+  while (!stop_requested_) {
+    if (!Connect()) {
+      if (std::chrono::steady_clock::now() - lost_since > options_.master_grace) {
+        spdlog::error("the master at {} was unreachable for {:.1f}s; stopping every task",
+                      options_.master_address, options_.master_grace.count() / 1000.0);
+        exit_code = 1;
+        break;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, options_.reconnect_interval, [&] { return stop_requested_.load(); });
+      continue;
+    }
+    if (ever_connected) spdlog::info("reconnected to the master at {}", options_.master_address);
+    ever_connected = true;
+    v1::MasterMessage message;
+    while (!shutting_down_ && link_->Read(&message)) HandleMessage(message);
+    if (shutting_down_) break;
+    link_->Close();
+    lost_since = std::chrono::steady_clock::now();
+    if (!stop_requested_) {
+      spdlog::warn("lost the master at {}; keeping tasks for {:.1f}s", options_.master_address,
+                   options_.master_grace.count() / 1000.0);
+    }
+  }
+  StopTasksAndWait(exit_code == 0 ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(0));
+  shutting_down_ = true;
+  cv_.notify_all();
+  link_->Finish();
+  return exit_code;
+}
+
+void Agent::RequestStop() {
+  stop_requested_ = true;
+  shutting_down_ = true;
+  link_->Close();
+  cv_.notify_all();
+}
+
+void Agent::HandleMessage(const v1::MasterMessage& message) {
+  switch (message.kind_case()) {
+    case v1::MasterMessage::kRegisterReply:
+      if (!message.register_reply().accepted()) {
+        spdlog::error("the master refused this agent: {}", message.register_reply().reason());
+        RequestStop();
+      }
+      break;
+    case v1::MasterMessage::kLaunch:
+      Launch(message);
+      break;
+    case v1::MasterMessage::kStop: {
+      auto grace = std::chrono::milliseconds(message.stop().grace_ms());
+      if (message.stop().tasks().empty()) {
+        supervisor_->StopAll(grace);
+        break;
+      }
+      for (const auto& t : message.stop().tasks()) {
+        std::string key = KeyOf(t.role(), t.index());
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!live_.count(key)) continue;
+          stopping_.insert(key);
+        }
+        supervisor_->Stop(key, grace);
+      }
+      break;
+    }
+    case v1::MasterMessage::kShutdown:
+      shutting_down_ = true;
+      stop_requested_ = true;
+      break;
+    default:
+      break;
+  }
+}
+
+void Agent::Launch(const v1::MasterMessage& message) {
+  const v1::TaskLaunch& l = message.launch();
+  std::string key = KeyOf(l.task().role(), l.task().index());
+  std::string task_dir =
+      absl::StrCat(options_.work_dir, "/tasks/", l.task().role(), "-", l.task().index());
+  ProcessSpec spec;
+  spec.key = key;
+  spec.argv.assign(l.argv().begin(), l.argv().end());
+  // The task inherits the environment Shoal was started with (PATH, a virtualenv, HOME), minus
+  // the agent's secret, then Shoal's variables, then the role's own.
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = entry.substr(0, eq);
+    if (name == "SHOAL_AGENT_TOKEN") continue;
+    spec.env[name] = entry.substr(eq + 1);
+  }
+  for (const auto& [k, v] : l.env()) spec.env[k] = v;
+  spec.working_dir = l.working_dir().empty() ? task_dir : l.working_dir();
+  spec.cpu_affinity.assign(l.cpu_affinity().begin(), l.cpu_affinity().end());
+  spec.memory_limit_bytes = l.memory_limit_bytes();
+  spec.stdout_path = task_dir + "/stdout";
+  spec.stderr_path = task_dir + "/stderr";
+
+  v1::AgentMessage reply;
+  auto fail = [&](const std::string& error) {
+    auto* e = reply.mutable_task_exited();
+    *e->mutable_task() = l.task();
+    e->set_exit_code(-1);
+    e->set_error(error);
+    Send(reply);
+  };
+  if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
+  std::string cluster_file = task_dir + "/cluster.json";
+  if (auto st = WriteFileAtomically(cluster_file, l.cluster_spec_json()); !st.ok()) {
+    return fail(std::string(st.message()));
+  }
+  spec.env["SHOAL_CLUSTER_SPEC_FILE"] = cluster_file;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    starting_.insert(key);
+    live_.insert(key);
+  }
+  auto pid = supervisor_->Launch(spec);
+  if (!pid.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      starting_.erase(key);
+      live_.erase(key);
+    }
+    return fail(std::string(pid.status().message()));
+  }
+  auto* s = reply.mutable_task_started();
+  *s->mutable_task() = l.task();
+  s->set_pid(*pid);
+  Send(reply);
+  std::optional<ProcessExit> early;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    starting_.erase(key);
+    if (auto it = early_exits_.find(key); it != early_exits_.end()) {
+      early = it->second;
+      early_exits_.erase(it);
+    }
+  }
+  if (early) OnExit(key, *early);
+}
+
+void Agent::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!shutting_down_) {
+    cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
+    if (shutting_down_) break;
+    v1::AgentMessage m;
+    auto* hb = m.mutable_heartbeat();
+    hb->set_sequence(++heartbeat_seq_);
+    for (const auto& key : live_) {
+      auto [role, index] = SplitKey(key);
+      auto* t = hb->add_tasks();
+      t->mutable_task()->set_role(role);
+      t->mutable_task()->set_index(index);
+    }
+    lock.unlock();
+    Send(m);
+    lock.lock();
+  }
+}
+
+void Agent::StopTasksAndWait(std::chrono::milliseconds grace) {
+  supervisor_->StopAll(grace);
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, grace + std::chrono::seconds(5), [&] { return live_.empty(); });
+}
+
+}  // namespace shoal::agent

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "agent/process_supervisor.h"
+
+namespace shoal::v1 {
+class AgentMessage;
+class MasterMessage;
+}  // namespace shoal::v1
+
+namespace shoal::agent {
+
+class MasterLink;
+
+struct AgentOptions {
+  std::string master_address;   // host:port
+  std::string token;            // from SHOAL_AGENT_TOKEN, never argv
+  std::string node_name;        // the placement node this agent serves
+  std::string work_dir;         // the agent's own copy of task output, cluster files
+  uint32_t ports = 0;           // free ports to report for the tasks placed here
+  std::optional<uint32_t> fake_gpus;
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // How long the agent keeps its tasks alive without a master. Past it, it kills them all.
+  std::chrono::milliseconds master_grace{10000};
+  std::chrono::milliseconds reconnect_interval{250};
+};
+
+// Runs on one node: dials the master, launches what it is told, reports facts (started, output,
+// exited), heartbeats, and kills its tasks when the master is gone for longer than the grace.
+// It never decides policy.
+class Agent {
+ public:
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(AgentOptions options);
+  ~Agent();
+
+  // Blocks until the master shuts the agent down (returns 0), the master is lost for longer than
+  // the grace (1), or RequestStop was called (0). Every task is dead when it returns.
+  int Run();
+  // Thread-safe; used by the SIGTERM handler thread.
+  void RequestStop();
+
+ private:
+  explicit Agent(AgentOptions options);
+  bool Connect();
+  void HandleMessage(const v1::MasterMessage& message);
+  void Launch(const v1::MasterMessage& message);
+  void Send(const v1::AgentMessage& message);
+  void HeartbeatLoop();
+  void StopTasksAndWait(std::chrono::milliseconds grace);
+  void OnExit(const std::string& key, const ProcessExit& exit);
+
+  AgentOptions options_;
+  std::unique_ptr<ProcessSupervisor> supervisor_;
+  std::unique_ptr<MasterLink> link_;
+  std::thread heartbeat_thread_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> shutting_down_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  // Tasks whose TaskStarted has not been sent yet; an exit that races ahead waits here.
+  std::set<std::string> starting_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, ProcessExit> early_exits_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> live_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> stopping_ ABSL_GUARDED_BY(mu_);
+  uint64_t heartbeat_seq_ = 0;
+};
+
+}  // namespace shoal::agent

@@ -1,0 +1,333 @@
+#include "agent/exec_plan.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+
+namespace shoal::agent {
+namespace {
+
+constexpr char kDefaultPath[] = "/usr/local/bin:/usr/bin:/bin";
+constexpr char kRelease = 'g';
+
+// Where the child failed; sent to the parent with errno through the close-on-exec pipe.
+enum ChildStage : int32_t { kRedirect = 1, kChdir = 2, kAffinity = 3, kExec = 4 };
+struct ChildError {
+  int32_t stage;
+  int32_t err;
+};
+
+bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
+
+// Returns `fd` itself when it is above the standard streams, else a close-on-exec duplicate
+// that is (so that the child's dup2 onto 0-2 can never clobber one of its own sources).
+absl::StatusOr<UniqueFd> AboveStdio(UniqueFd fd) {
+  if (fd.get() > 2) return fd;
+  int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
+  if (dup < 0) return ErrnoStatus("dup", errno);
+  return UniqueFd(dup);
+}
+
+// A close-on-exec pipe, or (for `socket`) a socket pair: a send() on it with MSG_NOSIGNAL
+// cannot raise SIGPIPE in the agent when the child has died.
+absl::StatusOr<std::pair<UniqueFd, UniqueFd>> CloexecChannel(bool socket) {
+  int fds[2];
+  if (socket) {
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      return ErrnoStatus("socketpair", errno);
+    }
+  } else if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return ErrnoStatus("pipe2", errno);
+  }
+  UniqueFd r(fds[0]), w(fds[1]);
+  auto r2 = AboveStdio(std::move(r));
+  if (!r2.ok()) return r2.status();
+  auto w2 = AboveStdio(std::move(w));
+  if (!w2.ok()) return w2.status();
+  return std::make_pair(std::move(*r2), std::move(*w2));
+}
+
+void WaitForChild(pid_t pid) {
+  int status;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Everything the child touches, as raw pointers into storage owned by the parent's stack frame.
+struct ChildArgs {
+  int stdio[3];
+  int sync_fd;
+  int error_fd;
+  int max_fd;
+  char* const* argv;
+  char* const* envp;
+  const char* const* exec_paths;
+  const char* working_dir;  // nullptr: stay
+  const cpu_set_t* cpus;    // nullptr: no pinning
+};
+
+[[noreturn]] void ChildFail(int error_fd, int32_t stage, int err) {
+  ChildError e{stage, err};
+  ssize_t ignored = ::write(error_fd, &e, sizeof e);
+  (void)ignored;
+  ::_exit(127);
+}
+
+// Runs in the forked child: async-signal-safe calls only (no malloc, no locks, no stdio).
+[[noreturn]] void RunChild(const ChildArgs& a) {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // EINVAL is fine
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::setpgid(0, 0);
+
+  // Wait until the parent has put us into our cgroups; EOF or anything else means "give up".
+  char go = 0;
+  ssize_t n;
+  do {
+    n = ::read(a.sync_fd, &go, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1 || go != kRelease) ::_exit(127);
+
+  for (int i = 0; i < 3; ++i) {
+    if (::dup2(a.stdio[i], i) < 0) ChildFail(a.error_fd, kRedirect, errno);
+  }
+  if (a.working_dir != nullptr && ::chdir(a.working_dir) != 0) {
+    ChildFail(a.error_fd, kChdir, errno);
+  }
+  if (a.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), a.cpus) != 0) {
+    ChildFail(a.error_fd, kAffinity, errno);
+  }
+  // Nothing but 0-2 may survive exec: fds of the agent, of other children, and our error pipe.
+  if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = 3; fd < a.max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  // Like execvp: keep looking after "not here", remember "here but not allowed".
+  int err = ENOENT;
+  bool saw_eacces = false;
+  for (const char* const* path = a.exec_paths; *path != nullptr; ++path) {
+    ::execve(*path, a.argv, a.envp);
+    err = errno;
+    if (err == EACCES) {
+      saw_eacces = true;
+    } else if (err != ENOENT && err != ENOTDIR && err != ESTALE && err != ELOOP &&
+               err != ENAMETOOLONG && err != ENODEV && err != ETIMEDOUT) {
+      break;
+    }
+  }
+  if (saw_eacces && (err == ENOENT || err == ENOTDIR)) err = EACCES;
+  ChildFail(a.error_fd, kExec, err);
+}
+
+}  // namespace
+
+absl::StatusOr<ExecPlan> ExecPlan::Build(const ProcessSpec& spec) {
+  if (spec.argv.empty() || spec.argv.front().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("process '", spec.key, "': argv must name a command"));
+  }
+  ExecPlan plan;
+  for (const std::string& arg : spec.argv) {
+    if (HasNul(arg)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("process '", spec.key, "': argv contains a NUL byte"));
+    }
+    plan.argv_.push_back(arg);
+  }
+  std::string path_value;
+  bool env_has_path = false;
+  for (const auto& [name, value] : spec.env) {
+    if (name.empty() || name.find('=') != std::string::npos || HasNul(name) || HasNul(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("process '", spec.key, "': invalid environment variable name '", name,
+                       "'"));
+    }
+    plan.envp_.push_back(absl::StrCat(name, "=", value));
+    if (name == "PATH") {
+      env_has_path = true;
+      path_value = value;
+    }
+  }
+  const std::string& command = plan.argv_.front();
+  if (command.find('/') != std::string::npos) {
+    plan.exec_paths_.push_back(command);
+  } else {
+    if (!env_has_path) {
+      const char* agent_path = std::getenv("PATH");
+      path_value = agent_path != nullptr ? agent_path : kDefaultPath;
+    }
+    plan.search_path_ = path_value;
+    for (absl::string_view dir : absl::StrSplit(path_value, ':')) {
+      // An empty entry means the current directory, i.e. the working directory of the child.
+      plan.exec_paths_.push_back(dir.empty() ? command : absl::StrCat(dir, "/", command));
+    }
+  }
+  plan.working_dir_ = spec.working_dir;
+  if (HasNul(plan.working_dir_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("process '", spec.key, "': working_dir contains a NUL byte"));
+  }
+  CPU_ZERO(&plan.cpus_);
+  for (uint32_t cpu : spec.cpu_affinity) {
+    if (cpu >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("process '", spec.key, "': CPU ", cpu,
+                                                     " is beyond CPU_SETSIZE (", CPU_SETSIZE, ")"));
+    }
+    CPU_SET(cpu, &plan.cpus_);
+    plan.pin_cpus_ = true;
+  }
+  return plan;
+}
+
+absl::Status ExecPlan::ChildFailure(int stage, int err) const {
+  std::string what = absl::StrCat("cannot start '", command(), "'");
+  switch (stage) {
+    case kRedirect:
+      absl::StrAppend(&what, ": redirecting stdin/stdout/stderr");
+      break;
+    case kChdir:
+      absl::StrAppend(&what, ": working directory '", working_dir_, "'");
+      break;
+    case kAffinity: {
+      std::vector<int> cpus;
+      for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (CPU_ISSET(cpu, &cpus_)) cpus.push_back(cpu);
+      }
+      absl::StrAppend(&what, ": pinning to CPUs {", absl::StrJoin(cpus, ","), "}");
+      break;
+    }
+    case kExec:
+    default:
+      absl::StrAppend(&what, ": exec");
+      break;
+  }
+  absl::Status status = ErrnoStatus(what, err);
+  if (stage == kExec && !search_path_.empty()) {
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), " (searched PATH=", search_path_, ")"));
+  }
+  return status;
+}
+
+absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(
+    int stdin_fd, int stdout_fd, int stderr_fd,
+    const std::function<absl::Status(pid_t)>& before_exec) const {
+  // Everything the child reads is laid out now; the vectors outlive the child's use of them
+  // because the child either execs or exits before this frame returns.
+  std::vector<char*> argv;
+  for (const std::string& arg : argv_) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& var : envp_) envp.push_back(const_cast<char*>(var.c_str()));
+  envp.push_back(nullptr);
+  std::vector<const char*> exec_paths;
+  for (const std::string& path : exec_paths_) exec_paths.push_back(path.c_str());
+  exec_paths.push_back(nullptr);
+
+  // The child dup2()s onto 0-2, so its sources must live above them.
+  UniqueFd stdio_copies[3];
+  int stdio[3] = {stdin_fd, stdout_fd, stderr_fd};
+  for (int i = 0; i < 3; ++i) {
+    if (stdio[i] <= 2) {
+      int dup = ::fcntl(stdio[i], F_DUPFD_CLOEXEC, 3);
+      if (dup < 0) return ErrnoStatus("dup", errno);
+      stdio_copies[i].Reset(dup);
+      stdio[i] = dup;
+    }
+  }
+  auto sync_pipe = CloexecChannel(/*socket=*/true);
+  if (!sync_pipe.ok()) return sync_pipe.status();
+  auto error_pipe = CloexecChannel(/*socket=*/false);
+  if (!error_pipe.ok()) return error_pipe.status();
+  auto& [sync_r, sync_w] = *sync_pipe;
+  auto& [error_r, error_w] = *error_pipe;
+
+  ChildArgs args{};
+  for (int i = 0; i < 3; ++i) args.stdio[i] = stdio[i];
+  args.sync_fd = sync_r.get();
+  args.error_fd = error_w.get();
+  long open_max = ::sysconf(_SC_OPEN_MAX);
+  args.max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 16);
+  args.argv = argv.data();
+  args.envp = envp.data();
+  args.exec_paths = exec_paths.data();
+  args.working_dir = working_dir_.empty() ? nullptr : working_dir_.c_str();
+  args.cpus = pin_cpus_ ? &cpus_ : nullptr;
+
+  // Block every signal across fork so that no handler of the agent runs in the child before the
+  // child has reset the dispositions.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::fork();
+  if (pid == 0) RunChild(args);
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return ErrnoStatus(absl::StrCat("cannot start '", command(), "': fork"), fork_errno);
+  sync_r.Reset();
+  error_w.Reset();
+
+  // Also from this side, so that the group exists before Spawn returns whatever the scheduler did.
+  ::setpgid(pid, pid);
+  auto abandon = [&](absl::Status status) {
+    sync_w.Reset();  // EOF instead of the release byte: the child exits without exec
+    WaitForChild(pid);
+    return status;
+  };
+  Child child;
+  child.pid = pid;
+  child.pidfd.Reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  if (!child.pidfd.valid()) {
+    return abandon(ErrnoStatus(absl::StrCat("cannot start '", command(), "': pidfd_open"), errno));
+  }
+  if (before_exec) {
+    absl::Status status = before_exec(pid);
+    if (!status.ok()) {
+      return abandon(absl::Status(
+          status.code(), absl::StrCat("cannot start '", command(), "': ", status.message())));
+    }
+  }
+  ssize_t n;
+  do {
+    n = ::send(sync_w.get(), &kRelease, 1, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  sync_w.Reset();
+
+  // EOF: the error pipe was closed by a successful exec. A record: the child failed and exits.
+  ChildError error{};
+  size_t got = 0;
+  while (got < sizeof error) {
+    n = ::read(error_r.get(), reinterpret_cast<char*>(&error) + got, sizeof error - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got == 0) return child;
+  WaitForChild(pid);
+  if (got != sizeof error) {
+    return absl::InternalError(
+        absl::StrCat("cannot start '", command(), "': truncated report from the child"));
+  }
+  return ChildFailure(error.stage, error.err);
+}
+
+}  // namespace shoal::agent

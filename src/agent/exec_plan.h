@@ -1,0 +1,56 @@
+#pragma once
+
+#include <sched.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "agent/process_spec.h"
+#include "agent/unique_fd.h"
+
+namespace shoal::agent {
+
+// Everything a child needs between fork() and exec(), computed before the fork: in the child of
+// a multi-threaded parent only async-signal-safe calls are allowed, so no allocation, no locks,
+// no PATH search with getenv. Immutable after Build(); Spawn() may be called from any thread.
+class ExecPlan {
+ public:
+  // Validates `spec` (non-empty argv, CPU numbers in range) and resolves the PATH candidates.
+  static absl::StatusOr<ExecPlan> Build(const ProcessSpec& spec);
+
+  struct Child {
+    pid_t pid = -1;
+    UniqueFd pidfd;  // from pidfd_open, taken while the child still waits for its release
+  };
+
+  // Forks a child that resets its signal dispositions and mask, makes itself leader of a new
+  // process group, and then waits. `before_exec(pid)` runs in the calling thread while the child
+  // waits (this is where the caller puts it into its cgroups); only when it returns OK is the
+  // child released to redirect stdio to the given fds (0-2 in the child), chdir, pin its CPUs,
+  // mark every other fd close-on-exec and exec. Returns once exec succeeded, as reported through a
+  // close-on-exec pipe. Errors (before_exec failing, a missing binary, a bad working directory,
+  // EACCES...) name the command and the errno text; the failed child has been reaped by then.
+  // The fds are not consumed; the caller closes its copies.
+  absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd,
+                              const std::function<absl::Status(pid_t)>& before_exec) const;
+
+  const std::string& command() const { return argv_.front(); }
+
+ private:
+  ExecPlan() = default;
+  absl::Status ChildFailure(int stage, int err) const;
+
+  std::vector<std::string> argv_;
+  std::vector<std::string> envp_;       // "NAME=value"
+  std::vector<std::string> exec_paths_;  // execve() is tried on each in turn, like execvp
+  std::string search_path_;             // the PATH used, for error messages
+  std::string working_dir_;
+  bool pin_cpus_ = false;
+  cpu_set_t cpus_{};
+};
+
+}  // namespace shoal::agent

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "spec/job_spec.h"
+
+namespace shoal::backends {
+
+// One place granted to a job, where one agent will run the tasks placed on it.
+struct NodeGrant {
+  std::string name;               // stable within the job, e.g. "local" or a Slurm node name
+  std::string address;            // how tasks on other nodes reach this one
+  double cpus = 0;                // granted to this job
+  uint64_t memory_bytes = 0;      // granted to this job
+  std::vector<uint32_t> cores;    // cores this job may pin to exclusively; empty: no pinning
+  std::vector<std::string> gpus;  // device ids granted to this job
+};
+
+struct AgentStartOptions {
+  std::string master_address;  // host:port the agents dial
+  std::string token;           // passed to agents through their environment, never argv
+  std::string job_id;
+  std::string job_dir;
+  std::string shoal_binary;    // the binary whose `agent` subcommand runs an agent
+  std::map<std::string, uint32_t> ports_per_node;  // how many free ports each agent reports
+  uint32_t master_grace_ms = 10000;
+};
+
+// Obtains and releases places to run agents for a gang of tasks. The master never knows which
+// implementation it talks to. Methods are called from the master's event loop.
+class Backend {
+ public:
+  using PlaceLostCallback = std::function<void(const std::string& node, const std::string& why)>;
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+
+  // The whole gang or nothing. Unavailable: it cannot fit now (the message says why; the
+  // master retries). FailedPrecondition: it can never fit here.
+  virtual absl::StatusOr<std::vector<NodeGrant>> Acquire(const spec::JobSpec& job,
+                                                         const std::string& job_id) = 0;
+  // Starts one agent per granted node. REQUIRES: Acquire succeeded.
+  virtual absl::Status StartAgents(const AgentStartOptions& options) = 0;
+  // Called (from any thread) when a place is lost: its agent died or the node went away.
+  virtual void SetPlaceLostCallback(PlaceLostCallback callback) = 0;
+  // Stops agents still running and frees everything Acquire took. Safe to call twice.
+  virtual void Release() = 0;
+};
+
+}  // namespace shoal::backends

@@ -1,0 +1,213 @@
+#include "backends/local/local_backend.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/byte_size.h"
+#include "common/files.h"
+
+extern char** environ;
+
+namespace shoal::backends {
+
+LocalBackend::LocalBackend(LocalBackendOptions options)
+    : options_(std::move(options)), ledger_(options_.ledger_dir) {}
+
+LocalBackend::~LocalBackend() { Release(); }
+
+absl::StatusOr<std::vector<NodeGrant>> LocalBackend::Acquire(const spec::JobSpec& job,
+                                                             const std::string& job_id) {
+  job_id_ = job_id;
+  double cpus = 0;
+  uint64_t memory = 0;
+  uint32_t gpus = 0, whole_cores = 0;
+  for (const auto& role : job.roles) {
+    cpus += role.resources.cpus * role.instances;
+    memory += role.resources.memory_bytes * role.instances;
+    gpus += role.resources.gpus * role.instances;
+    double c = role.resources.cpus;
+    if (c >= 1 && std::floor(c) == c) whole_cores += static_cast<uint32_t>(c) * role.instances;
+  }
+  const spec::MachineInventory& m = options_.machine;
+  if (cpus > m.cpus + 1e-9 || memory > m.memory_bytes || gpus > m.gpus.size()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the job needs %.2f CPUs, %s memory and %u GPUs; this machine has %.2f, %s and %u", cpus,
+        FormatByteSize(memory), gpus, m.cpus, FormatByteSize(m.memory_bytes), m.gpus.size()));
+  }
+  auto reservation = ledger_.ReserveIf(
+      [&](const std::vector<Reservation>& others) -> absl::StatusOr<Reservation> {
+        double used_cpus = 0;
+        uint64_t used_memory = 0;
+        std::set<uint32_t> used_cores;
+        std::set<std::string> used_gpus;
+        std::vector<std::string> holders;
+        for (const auto& r : others) {
+          used_cpus += r.cpus;
+          used_memory += r.memory_bytes;
+          used_cores.insert(r.cores.begin(), r.cores.end());
+          used_gpus.insert(r.gpus.begin(), r.gpus.end());
+          holders.push_back(r.job_id);
+        }
+        std::vector<std::string> short_of;
+        if (used_cpus + cpus > m.cpus + 1e-9) {
+          short_of.push_back(absl::StrFormat("%.2f CPUs (%.2f free)", cpus, m.cpus - used_cpus));
+        }
+        if (used_memory + memory > m.memory_bytes) {
+          short_of.push_back(absl::StrCat(FormatByteSize(memory), " memory (",
+                                          FormatByteSize(m.memory_bytes - used_memory), " free)"));
+        }
+        std::vector<std::string> free_gpus;
+        for (const auto& g : m.gpus) {
+          if (!used_gpus.count(g)) free_gpus.push_back(g);
+        }
+        if (free_gpus.size() < gpus) {
+          short_of.push_back(absl::StrFormat("%u GPUs (%u free)", gpus, free_gpus.size()));
+        }
+        if (!short_of.empty()) {
+          std::string who;
+          for (const auto& h : holders) who += (who.empty() ? "" : ", ") + h;
+          return absl::UnavailableError(absl::StrCat("waiting for ", absl::StrJoin(short_of, ", "),
+                                                     "; held by ", who));
+        }
+        Reservation mine;
+        mine.job_id = job_id;
+        mine.owner_pid = ::getpid();
+        mine.cpus = cpus;
+        mine.memory_bytes = memory;
+        mine.gpus.assign(free_gpus.begin(), free_gpus.begin() + gpus);
+        std::vector<uint32_t> free_cores;
+        for (uint32_t core : m.cores) {
+          if (!used_cores.count(core)) free_cores.push_back(core);
+        }
+        // Pin only when every whole-core task can get cores of its own; otherwise pinning
+        // would pile tasks onto a few cores, worse than letting the kernel spread them.
+        if (whole_cores > 0 && free_cores.size() >= whole_cores) {
+          mine.cores.assign(free_cores.begin(), free_cores.begin() + whole_cores);
+        }
+        return mine;
+      });
+  if (!reservation.ok()) return reservation.status();
+  NodeGrant grant;
+  grant.name = "local";
+  grant.address = "127.0.0.1";
+  grant.cpus = reservation->cpus;
+  grant.memory_bytes = reservation->memory_bytes;
+  grant.cores = reservation->cores;
+  grant.gpus = reservation->gpus;
+  return std::vector<NodeGrant>{grant};
+}
+
+absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
+  uint32_t ports = 0;
+  if (auto it = options.ports_per_node.find("local"); it != options.ports_per_node.end()) {
+    ports = it->second;
+  }
+  std::vector<std::string> args = {options.shoal_binary,
+                                   "agent",
+                                   "--master",
+                                   options.master_address,
+                                   "--node",
+                                   "local",
+                                   "--work-dir",
+                                   options_.agent_work_dir,
+                                   "--ports",
+                                   std::to_string(ports),
+                                   "--master-grace-ms",
+                                   std::to_string(options.master_grace_ms)};
+  if (options_.fake_gpus) {
+    args.push_back("--fake-gpus");
+    args.push_back(std::to_string(*options_.fake_gpus));
+  }
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "SHOAL_AGENT_TOKEN=", 18) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("SHOAL_AGENT_TOKEN=" + options.token);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Its own process group: a Ctrl-C meant for the client never reaches the agent directly.
+  // The master blocks signals for its sigwait thread; the agent must not inherit that.
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setpgroup(&attr, 0);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return ErrnoStatus(absl::StrCat("start agent ", options.shoal_binary), rc);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agent_pid_ = pid;
+  }
+  watcher_ = std::thread([this, pid] { WatchAgent(pid); });
+  return absl::OkStatus();
+}
+
+void LocalBackend::WatchAgent(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  PlaceLostCallback callback;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agent_pid_ = -1;
+    if (releasing_) return;
+    callback = on_lost_;
+  }
+  if (WIFSIGNALED(status)) {
+    why = absl::StrCat("agent killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  } else {
+    why = absl::StrCat("agent exited with code ", WEXITSTATUS(status));
+  }
+  if (callback) callback("local", why);
+}
+
+void LocalBackend::SetPlaceLostCallback(PlaceLostCallback callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_lost_ = std::move(callback);
+}
+
+void LocalBackend::Release() {
+  pid_t pid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    releasing_ = true;
+    pid = agent_pid_;
+  }
+  if (pid > 0) {
+    // The agent stops its tasks on SIGTERM; SIGKILL only if it does not exit in time.
+    ::kill(pid, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (agent_pid_ < 0) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (agent_pid_ > 0) ::kill(agent_pid_, SIGKILL);
+  }
+  if (watcher_.joinable()) watcher_.join();
+  if (!job_id_.empty()) (void)ledger_.Remove(job_id_);
+}
+
+}  // namespace shoal::backends

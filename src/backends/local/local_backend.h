@@ -1,0 +1,52 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "backends/backend.h"
+#include "backends/local/resource_ledger.h"
+#include "spec/inventory.h"
+
+namespace shoal::backends {
+
+struct LocalBackendOptions {
+  spec::MachineInventory machine;  // what this machine offers (detected or declared)
+  std::string ledger_dir;          // shared by every job under the same jobs root
+  std::string agent_work_dir;      // the agent keeps its own task logs under here
+  std::optional<uint32_t> fake_gpus;  // forwarded to the agent's inventory
+};
+
+// Runs the whole job on this machine: one agent process, a child of the master in its own
+// process group. Gang admission is against the machine minus what other live jobs hold.
+class LocalBackend final : public Backend {
+ public:
+  explicit LocalBackend(LocalBackendOptions options);
+  ~LocalBackend() override;
+
+  std::string Name() const override { return "local"; }
+  absl::StatusOr<std::vector<NodeGrant>> Acquire(const spec::JobSpec& job,
+                                                 const std::string& job_id) override;
+  absl::Status StartAgents(const AgentStartOptions& options) override;
+  void SetPlaceLostCallback(PlaceLostCallback callback) override;
+  void Release() override;
+
+ private:
+  void WatchAgent(pid_t pid);
+
+  LocalBackendOptions options_;
+  ResourceLedger ledger_;
+  std::string job_id_;
+  std::mutex mu_;
+  pid_t agent_pid_ ABSL_GUARDED_BY(mu_) = -1;
+  bool releasing_ ABSL_GUARDED_BY(mu_) = false;
+  PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
+  std::thread watcher_;
+};
+
+}  // namespace shoal::backends

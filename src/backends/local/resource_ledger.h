@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shoal::backends {
+
+// What one job holds on this machine.
+struct Reservation {
+  std::string job_id;
+  int owner_pid = 0;  // the job's master; a reservation whose owner is dead is ignored
+  double cpus = 0;
+  uint64_t memory_bytes = 0;
+  std::vector<uint32_t> cores;
+  std::vector<std::string> gpus;
+};
+
+// The machine-wide record of what running jobs hold, shared by every master on this machine
+// through files under `dir` and an flock, so two jobs never take the same cores, GPUs or more
+// memory than there is.
+class ResourceLedger {
+ public:
+  explicit ResourceLedger(std::string dir) : dir_(std::move(dir)) {}
+
+  // Under the ledger lock: calls `decide` with the live reservations of other jobs; if it
+  // returns a reservation, records it. Returns what `decide` returned.
+  absl::StatusOr<Reservation> ReserveIf(
+      const std::function<absl::StatusOr<Reservation>(const std::vector<Reservation>&)>& decide);
+  absl::Status Remove(const std::string& job_id);
+  absl::StatusOr<std::vector<Reservation>> LiveReservations();
+
+ private:
+  std::vector<Reservation> ReadLive();
+  std::string dir_;
+};
+
+}  // namespace shoal::backends

@@ -1,0 +1,22 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace shoal::cli {
+
+// `shoal master --job-dir DIR`: the per-job master, started by `shoal run`.
+int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary);
+
+struct AgentFlags {
+  std::string master;
+  std::string node = "local";
+  std::string work_dir;
+  uint32_t ports = 0;
+  uint32_t master_grace_ms = 10000;
+  std::optional<uint32_t> fake_gpus;
+};
+// `shoal agent ...`: one node's agent, started by a backend.
+int RunAgentDaemon(const AgentFlags& flags);
+
+}  // namespace shoal::cli

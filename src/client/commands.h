@@ -1,0 +1,34 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace shoal::client {
+
+// Exit codes of the CLI, documented in `shoal --help` and the README.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitJobFailed = 1;
+inline constexpr int kExitUsage = 2;  // invalid job file, bad flags, unknown job
+inline constexpr int kExitInterrupted = 130;
+
+struct RunOptions {
+  std::string job_file;
+  std::string jobs_root;             // resolved
+  bool detach = false;
+  bool quiet = false;                // no live status line, only task output and the outcome
+  std::optional<uint32_t> fake_gpus;
+  std::string listen_host = "127.0.0.1";
+  std::string shoal_binary;          // this executable, to start the master
+};
+
+// Validates, creates the job directory, starts the master and (unless detached) follows the
+// job to its end. Returns the CLI exit code.
+int RunJob(const RunOptions& options);
+
+int ShowStatus(const std::string& jobs_root, const std::string& job, bool json);
+int ListJobs(const std::string& jobs_root, bool json);
+int ShowLogs(const std::string& jobs_root, const std::string& job, const std::string& task,
+             bool follow);
+int KillJob(const std::string& jobs_root, const std::string& job);
+
+}  // namespace shoal::client

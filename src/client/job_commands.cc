@@ -1,0 +1,179 @@
+// `shoal status`, `list`, `logs`, `kill`: read the job directory, and ask the master when it is
+// alive (it knows more than the last status.json it wrote).
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/commands.h"
+#include "client/job_directory.h"
+#include "client/master_client.h"
+#include "client/status_render.h"
+
+namespace shoal::client {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+bool IsTerminalState(const std::string& s) {
+  return s == "succeeded" || s == "failed" || s == "killed";
+}
+
+// The freshest status: from the live master, else status.json. A status.json that is not
+// terminal while its master is dead means the master died mid-job.
+std::optional<nlohmann::json> CurrentStatus(const std::string& job_dir) {
+  auto info = ReadMasterInfo(job_dir);
+  if (info && info->alive) {
+    if (auto client = MasterClient::Connect(job_dir); client.ok()) {
+      if (auto st = (*client)->GetStatus(Ms(2000)); st.ok()) return *st;
+    }
+  }
+  auto file = ReadStatusFile(job_dir);
+  if (file && !IsTerminalState(file->value("state", "")) && !(info && info->alive)) {
+    (*file)["state"] = "lost";
+    (*file)["reason"] = "its master is no longer running (see master.log)";
+  }
+  if (!file) {
+    nlohmann::json j = {{"job_id", std::filesystem::path(job_dir).filename().string()},
+                        {"state", "unknown"},
+                        {"reason", "no status written yet"},
+                        {"tasks", nlohmann::json::array()}};
+    return j;
+  }
+  return file;
+}
+
+absl::StatusOr<std::string> Locate(const std::string& root, const std::string& job) {
+  auto dir = FindJob(root, job);
+  if (!dir.ok()) std::cerr << "shoal: " << dir.status().message() << "\n";
+  return dir;
+}
+
+}  // namespace
+
+int ShowStatus(const std::string& root, const std::string& job, bool json) {
+  auto dir = Locate(root, job);
+  if (!dir.ok()) return kExitUsage;
+  auto status = CurrentStatus(*dir);
+  if (json) {
+    std::cout << status->dump(2) << "\n";
+  } else {
+    std::cout << StatusTable(*status);
+  }
+  return kExitOk;
+}
+
+int ListJobs(const std::string& root, bool json) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& dir : ListJobDirs(root)) {
+    auto status = CurrentStatus(dir);
+    nlohmann::json row = {{"job_id", status->value("job_id", "")},
+                          {"name", status->value("name", "")},
+                          {"state", status->value("state", "")},
+                          {"reason", status->value("reason", "")},
+                          {"tasks", status->value("tasks", nlohmann::json::array()).size()},
+                          {"created_unix_ms", status->value("created_unix_ms", int64_t{0})},
+                          {"job_dir", dir}};
+    all.push_back(row);
+  }
+  if (json) {
+    std::cout << all.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << absl::StrFormat("%-44s %-10s %-6s %s\n", "JOB", "STATE", "TASKS", "REASON");
+  for (const auto& r : all) {
+    std::cout << absl::StrFormat("%-44s %-10s %-6d %s\n", r.value("job_id", ""),
+                                 r.value("state", ""), r.value("tasks", 0), r.value("reason", ""));
+  }
+  return kExitOk;
+}
+
+int ShowLogs(const std::string& root, const std::string& job, const std::string& task, bool follow) {
+  auto dir = Locate(root, job);
+  if (!dir.ok()) return kExitUsage;
+  std::string prefix = task.empty() ? "" : task + " | ";
+  if (!task.empty()) {
+    auto status = CurrentStatus(*dir);
+    bool known = false;
+    for (const auto& t : status->value("tasks", nlohmann::json::array())) {
+      known |= t.value("task", "") == task;
+    }
+    if (!known) {
+      std::cerr << "shoal: job " << job << " has no task '" << task
+                << "'; tasks are named role:index, e.g. worker:0\n";
+      return kExitUsage;
+    }
+  }
+  std::ifstream in(*dir + "/logs.txt");
+  std::string line, partial;
+  auto emit = [&](const std::string& l) {
+    if (prefix.empty()) {
+      std::cout << l << "\n";
+    } else if (absl::StartsWith(l, prefix)) {
+      std::cout << l.substr(prefix.size()) << "\n";
+    }
+  };
+  for (;;) {
+    while (std::getline(in, line)) {
+      if (in.eof()) {  // a line still being written: keep it for the next round
+        partial += line;
+        break;
+      }
+      emit(partial + line);
+      partial.clear();
+    }
+    std::cout.flush();
+    if (!follow) break;
+    auto status = CurrentStatus(*dir);
+    bool ended = IsTerminalState(status->value("state", "")) || status->value("state", "") == "lost";
+    in.clear();
+    if (ended) {
+      // One more pass: the master flushes the last lines before it writes the final status.
+      while (std::getline(in, line)) emit(partial + line), partial.clear();
+      break;
+    }
+    std::this_thread::sleep_for(Ms(200));
+  }
+  if (!partial.empty()) emit(partial);
+  return kExitOk;
+}
+
+int KillJob(const std::string& root, const std::string& job) {
+  auto dir = Locate(root, job);
+  if (!dir.ok()) return kExitUsage;
+  auto info = ReadMasterInfo(*dir);
+  if (!info || !info->alive) {
+    auto status = CurrentStatus(*dir);
+    std::cout << "job " << status->value("job_id", "") << " has already ended ("
+              << status->value("state", "") << ")\n";
+    return kExitOk;
+  }
+  auto client = MasterClient::Connect(*dir);
+  absl::Status st = client.ok() ? (*client)->Kill("killed by `shoal kill`") : client.status();
+  if (!st.ok()) {
+    std::cerr << "shoal: " << st.message() << "\n";
+    return kExitJobFailed;
+  }
+  // Wait for the master to confirm every task is gone.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto status = CurrentStatus(*dir);
+    std::string state = status->value("state", "");
+    if (IsTerminalState(state) || state == "lost") {
+      std::cout << "job " << status->value("job_id", "") << " " << state << "\n";
+      return kExitOk;
+    }
+    std::this_thread::sleep_for(Ms(100));
+  }
+  std::cerr << "shoal: the master did not confirm the kill within 15s\n";
+  return kExitJobFailed;
+}
+
+}  // namespace shoal::client

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shoal::frameworks {
+
+// Where one task runs and how the others reach it. Built by the master's rendezvous.
+struct TaskPlacement {
+  std::string role;
+  uint32_t index = 0;         // index within the role
+  uint32_t global_rank = 0;   // rank over all tasks of the job, chief/master role first
+  std::string node;           // placement node name
+  std::string address;        // host other tasks use to reach this task
+  uint32_t port = 0;          // a port reserved for this task on its node
+  uint32_t node_rank = 0;     // index of `node` among the job's nodes
+  uint32_t local_rank = 0;    // index among the job's tasks on the same node
+  uint32_t local_world_size = 1;
+  std::vector<uint32_t> cpu_affinity;
+  std::vector<std::string> gpus;
+};
+
+// The whole job's placement, as every task sees it.
+struct ClusterPlan {
+  std::string job_id;
+  std::string job_dir;
+  uint32_t restart_count = 0;
+  uint32_t num_nodes = 1;
+  std::vector<TaskPlacement> tasks;  // ordered by global rank
+
+  const TaskPlacement* Find(const std::string& role, uint32_t index) const;
+};
+
+}  // namespace shoal::frameworks

@@ -1,0 +1,137 @@
+#include "master/job_state.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace shoal::master {
+
+const char* TaskStateName(TaskState state) {
+  switch (state) {
+    case TaskState::kPending: return "pending";
+    case TaskState::kStarting: return "starting";
+    case TaskState::kRunning: return "running";
+    case TaskState::kSucceeded: return "succeeded";
+    case TaskState::kFailed: return "failed";
+    case TaskState::kKilled: return "killed";
+  }
+  return "unknown";
+}
+
+const char* JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kQueued: return "queued";
+    case JobPhase::kStarting: return "starting";
+    case JobPhase::kRunning: return "running";
+    case JobPhase::kStopping: return "stopping";
+    case JobPhase::kSucceeded: return "succeeded";
+    case JobPhase::kFailed: return "failed";
+    case JobPhase::kKilled: return "killed";
+  }
+  return "unknown";
+}
+
+bool IsTerminal(TaskState state) {
+  return state == TaskState::kSucceeded || state == TaskState::kFailed ||
+         state == TaskState::kKilled;
+}
+
+bool IsTerminal(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed || phase == JobPhase::kKilled;
+}
+
+std::string DescribeExit(int exit_code, int signal) {
+  if (signal != 0) {
+    const char* abbrev = sigabbrev_np(signal);
+    return absl::StrCat("was killed by signal ", signal, " (SIG", abbrev ? abbrev : "?", ")");
+  }
+  return absl::StrCat("exited with code ", exit_code);
+}
+
+JobState::JobState(const spec::JobSpec& spec) {
+  // Rank 0 is where torch's MASTER_ADDR points: a chief (or a role literally named master)
+  // comes first, the other roles follow in file order.
+  std::vector<const spec::Role*> order;
+  for (const char* first : {"chief", "master"}) {
+    if (const spec::Role* r = spec.FindRole(first)) order.push_back(r);
+  }
+  for (const auto& r : spec.roles) {
+    if (std::find(order.begin(), order.end(), &r) == order.end()) order.push_back(&r);
+  }
+  uint32_t rank = 0;
+  for (const spec::Role* role : order) {
+    bool decides = std::find(spec.success_roles.begin(), spec.success_roles.end(), role->name) !=
+                   spec.success_roles.end();
+    for (uint32_t i = 0; i < role->instances; ++i) {
+      TaskRecord t;
+      t.role = role->name;
+      t.index = i;
+      t.global_rank = rank++;
+      t.tracked = !role->untracked;
+      t.decides_success = decides;
+      tasks_.push_back(std::move(t));
+    }
+  }
+}
+
+TaskRecord* JobState::Find(const std::string& role, uint32_t index) {
+  for (auto& t : tasks_) {
+    if (t.role == role && t.index == index) return &t;
+  }
+  return nullptr;
+}
+
+std::optional<nlohmann::json> JobState::Transition(TaskRecord& task, TaskState to,
+                                                   const std::string& reason) {
+  if (IsTerminal(task.state) || static_cast<int>(to) <= static_cast<int>(task.state)) {
+    return std::nullopt;
+  }
+  nlohmann::json record = {{"type", "task_state"},
+                           {"task", task.Key()},
+                           {"from", TaskStateName(task.state)},
+                           {"to", TaskStateName(to)}};
+  task.state = to;
+  if (!reason.empty()) {
+    task.reason = reason;
+    record["reason"] = reason;
+  }
+  if (IsTerminal(to)) {
+    record["exit_code"] = task.exit_code;
+    record["signal"] = task.signal;
+  }
+  if (to == TaskState::kFailed && task.tracked && !first_failure_) {
+    first_failure_ = Outcome{JobPhase::kFailed, absl::StrCat(task.Key(), " ", reason)};
+  }
+  return record;
+}
+
+std::optional<Outcome> JobState::DecideOutcome() const {
+  if (first_failure_) return first_failure_;
+  bool any = false;
+  for (const auto& t : tasks_) {
+    if (!t.decides_success) continue;
+    any = true;
+    if (t.state != TaskState::kSucceeded) return std::nullopt;
+  }
+  if (!any) return std::nullopt;
+  return Outcome{JobPhase::kSucceeded, "every task of the success roles exited 0"};
+}
+
+bool JobState::RoleStarted(const std::string& role) const {
+  for (const auto& t : tasks_) {
+    if (t.role == role && (t.state == TaskState::kPending || t.state == TaskState::kStarting)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool JobState::AllTerminal() const {
+  return std::all_of(tasks_.begin(), tasks_.end(),
+                     [](const TaskRecord& t) { return IsTerminal(t.state); });
+}
+
+}  // namespace shoal::master

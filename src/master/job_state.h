@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "spec/job_spec.h"
+
+namespace shoal::master {
+
+enum class TaskState { kPending, kStarting, kRunning, kSucceeded, kFailed, kKilled };
+enum class JobPhase { kQueued, kStarting, kRunning, kStopping, kSucceeded, kFailed, kKilled };
+
+const char* TaskStateName(TaskState state);
+const char* JobPhaseName(JobPhase phase);
+bool IsTerminal(TaskState state);
+bool IsTerminal(JobPhase phase);
+
+struct TaskRecord {
+  std::string role;
+  uint32_t index = 0;
+  uint32_t global_rank = 0;
+  bool tracked = true;
+  bool decides_success = false;
+  TaskState state = TaskState::kPending;
+  std::string node;
+  int pid = 0;
+  int exit_code = 0;
+  int signal = 0;
+  std::string reason;  // one line: why it failed or was killed
+
+  std::string Key() const { return role + ":" + std::to_string(index); }
+};
+
+struct Outcome {
+  JobPhase phase;
+  std::string reason;
+};
+
+// The tasks of one job and the rules that turn their states into the job's outcome. Pure: no
+// clock, no I/O; the master journals what Transition returns.
+class JobState {
+ public:
+  explicit JobState(const spec::JobSpec& spec);
+
+  std::vector<TaskRecord>& tasks() { return tasks_; }
+  const std::vector<TaskRecord>& tasks() const { return tasks_; }
+  TaskRecord* Find(const std::string& role, uint32_t index);
+
+  // Moves `task` to `to`, refusing moves out of a terminal state or backwards. Returns the
+  // journal record of the change.
+  std::optional<nlohmann::json> Transition(TaskRecord& task, TaskState to,
+                                           const std::string& reason = "");
+
+  // Decided once a tracked task failed (the first failure names the job's reason) or every
+  // task of the success roles succeeded. nullopt while the job should go on.
+  std::optional<Outcome> DecideOutcome() const;
+
+  // Every task of `role` has started (running or already finished).
+  bool RoleStarted(const std::string& role) const;
+  bool AllTerminal() const;
+
+ private:
+  std::vector<TaskRecord> tasks_;  // in global-rank order
+  std::optional<Outcome> first_failure_;
+};
+
+// "exited with code 3" / "was killed by signal 9 (SIGKILL)".
+std::string DescribeExit(int exit_code, int signal);
+
+}  // namespace shoal::master

@@ -1,0 +1,42 @@
+#include "master/job_status_json.h"
+
+#include "absl/strings/ascii.h"
+#include "shoal/v1/shoal.pb.h"
+
+namespace shoal::master {
+namespace {
+
+std::string EnumSuffix(const std::string& full, const std::string& prefix) {
+  return absl::AsciiStrToLower(full.substr(prefix.size()));
+}
+
+}  // namespace
+
+nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const auto& t : status.tasks()) {
+    tasks.push_back({
+        {"task", t.task().role() + ":" + std::to_string(t.task().index())},
+        {"role", t.task().role()},
+        {"index", t.task().index()},
+        {"rank", t.global_rank()},
+        {"state", EnumSuffix(v1::TaskState_Name(t.state()), "TASK_STATE_")},
+        {"node", t.node()},
+        {"pid", t.pid()},
+        {"exit_code", t.exit_code()},
+        {"signal", t.signal()},
+        {"reason", t.reason()},
+    });
+  }
+  return {
+      {"job_id", status.job_id()},
+      {"name", status.name()},
+      {"state", EnumSuffix(v1::JobState_Name(status.state()), "JOB_STATE_")},
+      {"reason", status.reason()},
+      {"created_unix_ms", status.created_unix_ms()},
+      {"finished_unix_ms", status.finished_unix_ms()},
+      {"tasks", tasks},
+  };
+}
+
+}  // namespace shoal::master

@@ -1,0 +1,751 @@
+#include "master/master.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "frameworks/framework_env.h"
+#include "master/job_status_json.h"
+#include "master/master_service.h"
+#include "master/watch_queue.h"
+#include "shoal/v1/shoal.grpc.pb.h"
+#include "spdlog/spdlog.h"
+
+namespace shoal::master {
+namespace {
+
+v1::TaskState ToProto(TaskState s) {
+  switch (s) {
+    case TaskState::kPending: return v1::TASK_STATE_PENDING;
+    case TaskState::kStarting: return v1::TASK_STATE_STARTING;
+    case TaskState::kRunning: return v1::TASK_STATE_RUNNING;
+    case TaskState::kSucceeded: return v1::TASK_STATE_SUCCEEDED;
+    case TaskState::kFailed: return v1::TASK_STATE_FAILED;
+    case TaskState::kKilled: return v1::TASK_STATE_KILLED;
+  }
+  return v1::TASK_STATE_UNSPECIFIED;
+}
+
+v1::JobState ToProto(JobPhase p) {
+  switch (p) {
+    case JobPhase::kQueued: return v1::JOB_STATE_QUEUED;
+    case JobPhase::kStarting: return v1::JOB_STATE_STARTING;
+    case JobPhase::kRunning: return v1::JOB_STATE_RUNNING;
+    case JobPhase::kStopping: return v1::JOB_STATE_STOPPING;
+    case JobPhase::kSucceeded: return v1::JOB_STATE_SUCCEEDED;
+    case JobPhase::kFailed: return v1::JOB_STATE_FAILED;
+    case JobPhase::kKilled: return v1::JOB_STATE_KILLED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+std::string TaskDirName(const std::string& role, uint32_t index) {
+  return absl::StrCat(role, "-", index);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
+                                                       std::unique_ptr<backends::Backend> backend) {
+  if (options.token.empty()) return absl::InvalidArgumentError("the master needs a token");
+  auto master = std::unique_ptr<Master>(new Master(std::move(options), std::move(backend)));
+  auto journal = Journal::Open(master->options_.job_dir + "/events.jsonl");
+  if (!journal.ok()) return journal.status();
+  master->journal_ = std::move(*journal);
+  auto combined = master->options_.job_dir + "/logs.txt";
+  master->combined_log_ = std::fopen(combined.c_str(), "a");
+  if (master->combined_log_ == nullptr) return ErrnoStatus("open " + combined, errno);
+  return master;
+}
+
+Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend)
+    : options_(std::move(options)), backend_(std::move(backend)), state_(options_.spec) {
+  created_unix_ms_ = options_.clock->UnixMillis();
+}
+
+Master::~Master() {
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  loop_.Stop();
+  for (auto& [key, sink] : log_sinks_) {
+    if (sink.out) std::fclose(sink.out);
+    if (sink.err) std::fclose(sink.err);
+  }
+  if (combined_log_) std::fclose(combined_log_);
+}
+
+absl::Status Master::Start() {
+  service_ = std::make_unique<MasterService>(this);
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(absl::StrCat(options_.listen_host, ":", options_.listen_port),
+                           grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server_ = builder.BuildAndStart();
+  if (!server_ || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_host, ":",
+                                               options_.listen_port));
+  }
+  address_ = absl::StrCat(options_.listen_host == "0.0.0.0" ? "127.0.0.1" : options_.listen_host,
+                          ":", bound_port);
+  nlohmann::json info = {{"address", address_}, {"pid", ::getpid()}};
+  if (auto st = WriteFileAtomically(options_.job_dir + "/master.json", info.dump()); !st.ok()) {
+    return st;
+  }
+  backend_->SetPlaceLostCallback([this](const std::string& node, const std::string& why) {
+    loop_.Post([this, node, why] { OnPlaceLost(node, why); });
+  });
+  loop_.Start([this] { AfterBatch(); });
+  loop_.Post([this] {
+    Journal({{"type", "job_submitted"},
+             {"job_id", options_.job_id},
+             {"name", options_.spec.name},
+             {"tasks", state_.tasks().size()},
+             {"master", address_}});
+    for (auto& t : state_.tasks()) {
+      Journal({{"type", "task_state"}, {"task", t.Key()}, {"to", "pending"}, {"rank", t.global_rank}});
+    }
+    TryAdmit();
+  });
+  return absl::OkStatus();
+}
+
+int Master::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  finished_cv_.wait(lock, [&] { return finished_; });
+  lock.unlock();
+  JobPhase phase;
+  std::promise<JobPhase> p;
+  loop_.Post([&] { p.set_value(phase_); });
+  phase = p.get_future().get();
+  switch (phase) {
+    case JobPhase::kSucceeded: return 0;
+    case JobPhase::kKilled: return 3;
+    default: return 1;
+  }
+}
+
+void Master::Kill(const std::string& reason) {
+  loop_.Post([this, reason] {
+    if (IsTerminal(phase_) || phase_ == JobPhase::kStopping) return;
+    Journal({{"type", "kill_requested"}, {"reason", reason}});
+    BeginStopping(JobPhase::kKilled, reason);
+  });
+}
+
+bool Master::Authorized(const std::string& header) const {
+  std::string expected = "Bearer " + options_.token;
+  if (header.size() != expected.size()) return false;
+  unsigned char diff = 0;  // constant time: no early exit on the first differing byte
+  for (size_t i = 0; i < header.size(); ++i) diff |= header[i] ^ expected[i];
+  return diff == 0;
+}
+
+uint64_t Master::AgentConnected(std::shared_ptr<AgentConnection> connection) {
+  std::promise<uint64_t> id;
+  loop_.Post([&] {
+    AgentSession s;
+    s.id = next_session_++;
+    s.connection = std::move(connection);
+    s.last_seen = options_.clock->Now();
+    sessions_[s.id] = std::move(s);
+    id.set_value(next_session_ - 1);
+  });
+  return id.get_future().get();
+}
+
+void Master::AgentMessageReceived(uint64_t session_id, const v1::AgentMessage& message) {
+  loop_.Post([this, session_id, message] {
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    AgentSession& session = it->second;
+    session.last_seen = options_.clock->Now();
+    switch (message.kind_case()) {
+      case v1::AgentMessage::kRegister:
+        OnRegister(session, message);
+        break;
+      case v1::AgentMessage::kHeartbeat:
+        break;
+      case v1::AgentMessage::kTaskStarted:
+        OnTaskStarted(message);
+        break;
+      case v1::AgentMessage::kTaskExited:
+        OnTaskExited(message);
+        break;
+      case v1::AgentMessage::kLog:
+        OnLog(message);
+        break;
+      case v1::AgentMessage::kNotice:
+        spdlog::warn("agent {}: {}", session.node, message.notice());
+        Journal({{"type", "notice"}, {"node", session.node}, {"message", message.notice()}});
+        EmitLogLine(absl::StrCat("shoal | ", session.node, ": ", message.notice(), "\n"));
+        break;
+      default:
+        break;
+    }
+  });
+}
+
+void Master::AgentDisconnected(uint64_t session_id) {
+  loop_.Post([this, session_id] {
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return;
+    std::string node = it->second.registered ? it->second.node : "";
+    sessions_.erase(it);
+    if (!node.empty() && !IsTerminal(phase_)) {
+      Journal({{"type", "agent_disconnected"}, {"node", node}});
+      FailTasksOnNode(node, absl::StrCat("lost: the agent on ", node, " disconnected"));
+    }
+  });
+}
+
+void Master::FillStatus(v1::JobStatus* status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status->ParseFromString(status_snapshot_);
+}
+
+std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs) {
+  auto queue = std::make_shared<WatchQueue>(logs);
+  std::promise<void> added;
+  // On the loop, so the first status and every later event arrive in order.
+  loop_.Post([&] {
+    std::string snapshot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      snapshot = status_snapshot_;
+      watchers_.push_back(queue);
+    }
+    v1::WatchEvent event;
+    event.mutable_status()->ParseFromString(snapshot);
+    queue->Push(event.SerializeAsString(), false);
+    if (IsTerminal(phase_) && finished_unix_ms_ != 0) queue->Close();
+    added.set_value();
+  });
+  added.get_future().wait();
+  return queue;
+}
+
+// ---------------------------------------------------------------- admission and rendezvous
+
+void Master::TryAdmit() {
+  if (phase_ != JobPhase::kQueued) return;
+  auto grants = backend_->Acquire(options_.spec, options_.job_id);
+  if (!grants.ok()) {
+    if (absl::IsUnavailable(grants.status())) {
+      std::string why(grants.status().message());
+      if (why != phase_reason_) {
+        Journal({{"type", "queued"}, {"reason", why}});
+        SetPhase(JobPhase::kQueued, why);
+      }
+      loop_.PostAfter(options_.admission_retry, [this] { TryAdmit(); });
+      return;
+    }
+    std::string why = absl::StrCat("cannot be admitted: ", grants.status().message());
+    Journal({{"type", "admission_refused"}, {"reason", why}});
+    BeginStopping(JobPhase::kFailed, why);
+    return;
+  }
+  grants_ = *grants;
+  auto placement = PlaceTasks(options_.spec, state_.tasks(), grants_);
+  if (!placement.ok()) {
+    BeginStopping(JobPhase::kFailed, std::string(placement.status().message()));
+    return;
+  }
+  placement_ = *placement;
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const auto& g : grants_) {
+    nodes.push_back({{"name", g.name}, {"address", g.address}, {"cpus", g.cpus},
+                     {"memory_bytes", g.memory_bytes}, {"cores", g.cores}, {"gpus", g.gpus}});
+  }
+  Journal({{"type", "admitted"}, {"backend", backend_->Name()}, {"nodes", nodes}});
+  SetPhase(JobPhase::kStarting, "waiting for agents to register");
+
+  backends::AgentStartOptions start;
+  start.master_address = address_;
+  start.token = options_.token;
+  start.job_id = options_.job_id;
+  start.job_dir = options_.job_dir;
+  start.shoal_binary = options_.shoal_binary;
+  start.master_grace_ms = options_.agent_master_grace_ms;
+  for (const auto& p : placement_) start.ports_per_node[p.node]++;
+  for (const auto& g : grants_) start.ports_per_node.try_emplace(g.name, 0);
+  if (auto st = backend_->StartAgents(start); !st.ok()) {
+    BeginStopping(JobPhase::kFailed, absl::StrCat("cannot start agents: ", st.message()));
+    return;
+  }
+  register_timer_ = loop_.PostAfter(options_.register_timeout, [this] {
+    if (rendezvous_done_ || IsTerminal(phase_) || phase_ == JobPhase::kStopping) return;
+    std::string missing;
+    for (const auto& g : grants_) {
+      if (SessionForNode(g.name) == nullptr) missing += (missing.empty() ? "" : ", ") + g.name;
+    }
+    BeginStopping(JobPhase::kFailed,
+                  absl::StrFormat("agents on %s did not register within %.1fs", missing,
+                                  options_.register_timeout.count() / 1000.0));
+  });
+  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) {
+  const v1::RegisterRequest& req = message.register_();
+  v1::MasterMessage reply;
+  auto* r = reply.mutable_register_reply();
+  r->set_job_id(options_.job_id);
+  auto refuse = [&](const std::string& why) {
+    r->set_accepted(false);
+    r->set_reason(why);
+    session.connection->Send(reply);
+    Journal({{"type", "agent_refused"}, {"node", req.node_name()}, {"reason", why}});
+    spdlog::warn("refused agent for node {}: {}", req.node_name(), why);
+  };
+  if (req.version() != v1::PROTOCOL_VERSION_CURRENT) {
+    refuse(absl::StrCat("protocol version ", static_cast<int>(req.version()), " is not ",
+                        static_cast<int>(v1::PROTOCOL_VERSION_CURRENT),
+                        "; run an agent of the same Shoal release as the master"));
+    return;
+  }
+  bool expected = std::any_of(grants_.begin(), grants_.end(),
+                              [&](const auto& g) { return g.name == req.node_name(); });
+  if (!expected || SessionForNode(req.node_name()) != nullptr || rendezvous_done_) {
+    refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
+    return;
+  }
+  session.registered = true;
+  session.node = req.node_name();
+  session.free_ports.assign(req.free_ports().begin(), req.free_ports().end());
+  session.address = req.inventory().address();
+  r->set_accepted(true);
+  session.connection->Send(reply);
+  Journal({{"type", "agent_registered"},
+           {"node", session.node},
+           {"hostname", req.inventory().hostname()},
+           {"address", session.address},
+           {"ports", session.free_ports.size()}});
+  for (const auto& g : grants_) {
+    if (SessionForNode(g.name) == nullptr) return;
+  }
+  CompleteRendezvous();
+}
+
+void Master::CompleteRendezvous() {
+  loop_.CancelTimer(register_timer_);
+  rendezvous_done_ = true;
+  plan_ = frameworks::ClusterPlan{};
+  plan_.job_id = options_.job_id;
+  plan_.job_dir = options_.job_dir;
+  plan_.num_nodes = static_cast<uint32_t>(grants_.size());
+  std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, port_next;
+  for (size_t i = 0; i < grants_.size(); ++i) node_rank[grants_[i].name] = static_cast<uint32_t>(i);
+  for (const auto& p : placement_) per_node_count[p.node]++;
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    const PlacedTask& p = placement_[i];
+    TaskRecord& rec = state_.tasks()[i];
+    AgentSession* s = SessionForNode(p.node);
+    frameworks::TaskPlacement t;
+    t.role = p.role;
+    t.index = p.index;
+    t.global_rank = rec.global_rank;
+    t.node = p.node;
+    t.address = s->address;
+    uint32_t& next_port = port_next[p.node];
+    if (next_port >= s->free_ports.size()) {
+      BeginStopping(JobPhase::kFailed,
+                    absl::StrCat("the agent on ", p.node, " reported too few free ports"));
+      return;
+    }
+    t.port = s->free_ports[next_port++];
+    t.node_rank = node_rank[p.node];
+    t.local_rank = per_node_next[p.node]++;
+    t.local_world_size = per_node_count[p.node];
+    t.cpu_affinity = p.cores;
+    t.gpus = p.gpus;
+    rec.node = p.node;
+    plan_.tasks.push_back(std::move(t));
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& t : plan_.tasks) {
+    ranks.push_back({{"task", absl::StrCat(t.role, ":", t.index)}, {"rank", t.global_rank},
+                     {"node", t.node}, {"address", t.address}, {"port", t.port}});
+  }
+  Journal({{"type", "rendezvous"}, {"world_size", plan_.tasks.size()}, {"ranks", ranks}});
+  SetPhase(JobPhase::kStarting, "launching tasks");
+  LaunchReadyRoles();
+}
+
+void Master::LaunchReadyRoles() {
+  if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  for (const auto& role : options_.spec.roles) {
+    if (std::find(launched_roles_.begin(), launched_roles_.end(), role.name) !=
+        launched_roles_.end()) {
+      continue;
+    }
+    bool ready = std::all_of(role.depends_on.begin(), role.depends_on.end(),
+                             [&](const std::string& dep) { return state_.RoleStarted(dep); });
+    if (!ready) continue;
+    launched_roles_.push_back(role.name);
+    for (size_t i = 0; i < plan_.tasks.size(); ++i) {
+      const frameworks::TaskPlacement& t = plan_.tasks[i];
+      if (t.role != role.name) continue;
+      v1::MasterMessage msg;
+      v1::TaskLaunch* launch = msg.mutable_launch();
+      launch->mutable_task()->set_role(t.role);
+      launch->mutable_task()->set_index(t.index);
+      if (!role.argv.empty()) {
+        for (const auto& a : role.argv) launch->add_argv(a);
+      } else {
+        launch->add_argv("/bin/sh");
+        launch->add_argv("-c");
+        launch->add_argv(role.shell);
+      }
+      for (const auto& [k, v] : frameworks::BuildTaskEnvironment(options_.spec, plan_, t)) {
+        (*launch->mutable_env())[k] = v;
+      }
+      launch->set_working_dir(role.working_dir);
+      for (uint32_t c : t.cpu_affinity) launch->add_cpu_affinity(c);
+      launch->set_memory_limit_bytes(role.resources.memory_bytes);
+      for (const auto& g : t.gpus) launch->add_gpus(g);
+      launch->set_cluster_spec_json(frameworks::ClusterSpecJson(plan_, t));
+      TaskRecord* rec = state_.Find(t.role, t.index);
+      AgentSession* s = SessionForNode(t.node);
+      Transition(*rec, TaskState::kStarting);
+      if (s == nullptr || !s->connection->Send(msg)) {
+        rec->exit_code = -1;
+        Transition(*rec, TaskState::kFailed, "could not be sent to its agent");
+      }
+    }
+  }
+  EvaluateOutcome();
+}
+
+// ---------------------------------------------------------------- task facts
+
+void Master::OnTaskStarted(const v1::AgentMessage& message) {
+  const auto& m = message.task_started();
+  TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
+  if (rec == nullptr) return;
+  rec->pid = m.pid();
+  Transition(*rec, TaskState::kRunning);
+  bool all_running = std::all_of(state_.tasks().begin(), state_.tasks().end(), [](const auto& t) {
+    return t.state != TaskState::kPending && t.state != TaskState::kStarting;
+  });
+  if (all_running && phase_ == JobPhase::kStarting) {
+    SetPhase(JobPhase::kRunning, "");
+  }
+  LaunchReadyRoles();
+}
+
+void Master::OnTaskExited(const v1::AgentMessage& message) {
+  const auto& m = message.task_exited();
+  TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
+  if (rec == nullptr) return;
+  // Flush whatever partial line the task left, so its last words are not lost.
+  LogSink& sink = SinkFor(rec->role, rec->index);
+  for (int s = 0; s < 2; ++s) {
+    if (!sink.partial[s].empty()) {
+      EmitLogLine(absl::StrCat(rec->Key(), " | ", sink.partial[s], "\n"));
+      sink.partial[s].clear();
+    }
+  }
+  rec->exit_code = m.exit_code();
+  rec->signal = m.signal();
+  if (!m.error().empty()) {
+    Transition(*rec, TaskState::kFailed, absl::StrCat("could not start: ", m.error()));
+  } else if (m.stopped_by_agent()) {
+    Transition(*rec, TaskState::kKilled, rec->reason.empty() ? "stopped by Shoal" : rec->reason);
+  } else if (m.signal() == 0 && m.exit_code() == 0) {
+    Transition(*rec, TaskState::kSucceeded);
+  } else {
+    Transition(*rec, TaskState::kFailed, DescribeExit(m.exit_code(), m.signal()));
+  }
+  EvaluateOutcome();
+  MaybeFinish();
+}
+
+void Master::OnLog(const v1::AgentMessage& message) {
+  const auto& m = message.log();
+  TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
+  if (rec == nullptr) return;
+  LogSink& sink = SinkFor(rec->role, rec->index);
+  int stream = m.stream() == v1::LogChunk::STREAM_STDERR ? 1 : 0;
+  std::FILE* f = stream ? sink.err : sink.out;
+  if (f) std::fwrite(m.data().data(), 1, m.data().size(), f);
+  std::string& partial = sink.partial[stream];
+  partial += m.data();
+  size_t start = 0;
+  std::string prefix = rec->Key() + " | ";
+  std::string lines;
+  for (;;) {
+    size_t nl = partial.find('\n', start);
+    if (nl == std::string::npos) break;
+    lines += prefix;
+    lines.append(partial, start, nl - start + 1);
+    start = nl + 1;
+  }
+  partial.erase(0, start);
+  // A process that never prints a newline must not grow the buffer without bound.
+  if (partial.size() > 64 * 1024) {
+    lines += prefix + partial + "\n";
+    partial.clear();
+  }
+  if (!lines.empty()) EmitLogLine(lines);
+}
+
+void Master::EmitLogLine(const std::string& lines) {
+  if (combined_log_) std::fwrite(lines.data(), 1, lines.size(), combined_log_);
+  std::string serialized;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : watchers_) {
+    auto q = w.lock();
+    if (!q || !q->wants_logs()) continue;
+    if (serialized.empty()) {
+      v1::WatchEvent event;
+      event.mutable_log()->set_data(lines);
+      serialized = event.SerializeAsString();
+    }
+    q->Push(serialized, true);
+  }
+}
+
+Master::LogSink& Master::SinkFor(const std::string& role, uint32_t index) {
+  std::string key = absl::StrCat(role, ":", index);
+  auto it = log_sinks_.find(key);
+  if (it != log_sinks_.end()) return it->second;
+  LogSink sink;
+  std::string dir = absl::StrCat(options_.job_dir, "/tasks/", TaskDirName(role, index));
+  if (MakeDirs(dir).ok()) {
+    sink.out = std::fopen((dir + "/stdout").c_str(), "a");
+    sink.err = std::fopen((dir + "/stderr").c_str(), "a");
+  }
+  return log_sinks_.emplace(key, std::move(sink)).first->second;
+}
+
+void Master::OnPlaceLost(const std::string& node, const std::string& why) {
+  if (IsTerminal(phase_)) return;
+  Journal({{"type", "place_lost"}, {"node", node}, {"reason", why}});
+  FailTasksOnNode(node, absl::StrCat("lost: ", why));
+  // Nothing will report these tasks any more; the agent killed them or they died with it.
+  for (auto& [id, s] : sessions_) {
+    if (s.node == node) s.connection->Close();
+  }
+  for (auto& t : state_.tasks()) {
+    if (t.node == node && !IsTerminal(t.state)) Transition(t, TaskState::kKilled, "lost with its agent");
+  }
+  if (!rendezvous_done_ && phase_ != JobPhase::kStopping) {
+    BeginStopping(JobPhase::kFailed, absl::StrCat("the agent for ", node, " ended before registering: ", why));
+  }
+  MaybeFinish();
+}
+
+void Master::FailTasksOnNode(const std::string& node, const std::string& reason) {
+  for (auto& t : state_.tasks()) {
+    if (t.node != node || IsTerminal(t.state)) continue;
+    if (phase_ == JobPhase::kStopping) {
+      Transition(t, TaskState::kKilled, reason);
+    } else {
+      t.exit_code = -1;
+      Transition(t, TaskState::kFailed, reason);
+    }
+  }
+  EvaluateOutcome();
+  MaybeFinish();
+}
+
+void Master::CheckHeartbeats() {
+  if (IsTerminal(phase_)) return;
+  auto now = options_.clock->Now();
+  auto limit = options_.heartbeat_interval * options_.heartbeat_misses;
+  std::vector<std::string> silent;
+  for (auto& [id, s] : sessions_) {
+    if (s.registered && now - s.last_seen > limit) silent.push_back(s.node);
+  }
+  for (const auto& node : silent) {
+    double secs = std::chrono::duration<double>(limit).count();
+    Journal({{"type", "agent_silent"}, {"node", node}, {"seconds", secs}});
+    FailTasksOnNode(node, absl::StrFormat("lost: the agent on %s was silent for %.1fs", node, secs));
+  }
+  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+// ---------------------------------------------------------------- outcome and shutdown
+
+void Master::EvaluateOutcome() {
+  if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  auto outcome = state_.DecideOutcome();
+  if (outcome) BeginStopping(outcome->phase, outcome->reason);
+}
+
+void Master::BeginStopping(JobPhase outcome, const std::string& reason) {
+  if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  pending_outcome_ = Outcome{outcome, reason};
+  Journal({{"type", "outcome_decided"}, {"outcome", JobPhaseName(outcome)}, {"reason", reason}});
+  SetPhase(JobPhase::kStopping, reason);
+  std::string stop_reason = outcome == JobPhase::kSucceeded
+                                ? "stopped: the job succeeded"
+                                : (outcome == JobPhase::kKilled ? "stopped: " + reason
+                                                                : "stopped: the job failed");
+  std::map<std::string, v1::MasterMessage> stops;
+  for (auto& t : state_.tasks()) {
+    if (IsTerminal(t.state)) continue;
+    if (t.state == TaskState::kPending) {
+      Transition(t, TaskState::kKilled, "never started: " + stop_reason.substr(9));
+      continue;
+    }
+    t.reason = stop_reason;
+    auto& msg = stops[t.node];
+    auto* task = msg.mutable_stop()->add_tasks();
+    task->set_role(t.role);
+    task->set_index(t.index);
+    msg.mutable_stop()->set_grace_ms(static_cast<uint32_t>(options_.stop_grace.count()));
+  }
+  for (auto& [node, msg] : stops) {
+    AgentSession* s = SessionForNode(node);
+    if (s == nullptr || !s->connection->Send(msg)) {
+      for (auto& t : state_.tasks()) {
+        if (t.node == node && !IsTerminal(t.state)) Transition(t, TaskState::kKilled, "its agent is gone");
+      }
+    }
+  }
+  // An agent that does not confirm in time is released by the backend, which kills it and
+  // with it its tasks.
+  loop_.PostAfter(options_.stop_grace + std::chrono::seconds(2), [this] {
+    if (IsTerminal(phase_)) return;
+    for (auto& t : state_.tasks()) {
+      if (!IsTerminal(t.state)) Transition(t, TaskState::kKilled, "did not stop in time; its agent was terminated");
+    }
+    MaybeFinish();
+  });
+  MaybeFinish();
+}
+
+void Master::MaybeFinish() {
+  if (phase_ != JobPhase::kStopping || !state_.AllTerminal()) return;
+  Finish();
+}
+
+void Master::Finish() {
+  for (auto& [id, s] : sessions_) {
+    v1::MasterMessage msg;
+    msg.mutable_shutdown()->set_reason("the job has ended");
+    s.connection->Send(msg);
+  }
+  backend_->Release();
+  for (auto& [id, s] : sessions_) s.connection->Close();
+  finished_unix_ms_ = options_.clock->UnixMillis();
+  Journal({{"type", "job_finished"},
+           {"outcome", JobPhaseName(pending_outcome_->phase)},
+           {"reason", pending_outcome_->reason}});
+  SetPhase(pending_outcome_->phase, pending_outcome_->reason);
+  AfterBatch();  // durable before anyone is told
+  std::vector<std::shared_ptr<WatchQueue>> watchers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : watchers_) {
+      if (auto q = w.lock()) watchers.push_back(q);
+    }
+  }
+  for (auto& q : watchers) q->Close();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+  }
+  finished_cv_.notify_all();
+}
+
+void Master::SetPhase(JobPhase phase, const std::string& reason) {
+  if (phase_ == phase && phase_reason_ == reason) return;
+  phase_ = phase;
+  phase_reason_ = reason;
+  Journal({{"type", "job_state"}, {"to", JobPhaseName(phase)}, {"reason", reason}});
+}
+
+void Master::Journal(nlohmann::json record) {
+  record["ts"] = options_.clock->UnixMillis();
+  journal_->Append(record);
+  status_dirty_ = true;
+}
+
+void Master::Transition(TaskRecord& task, TaskState to, const std::string& reason) {
+  if (auto record = state_.Transition(task, to, reason)) Journal(std::move(*record));
+}
+
+void Master::AfterBatch() {
+  if (auto st = journal_->Sync(); !st.ok()) {
+    spdlog::error("the events journal cannot be written: {}", st.ToString());
+  }
+  if (combined_log_) std::fflush(combined_log_);
+  for (auto& [k, sink] : log_sinks_) {
+    if (sink.out) std::fflush(sink.out);
+    if (sink.err) std::fflush(sink.err);
+  }
+  if (status_dirty_) {
+    status_dirty_ = false;
+    PublishStatus();
+  }
+}
+
+void Master::PublishStatus() {
+  v1::JobStatus status;
+  status.set_job_id(options_.job_id);
+  status.set_name(options_.spec.name);
+  status.set_state(ToProto(phase_));
+  status.set_reason(phase_reason_);
+  status.set_created_unix_ms(created_unix_ms_);
+  status.set_finished_unix_ms(finished_unix_ms_);
+  for (const auto& t : state_.tasks()) {
+    auto* ts = status.add_tasks();
+    ts->mutable_task()->set_role(t.role);
+    ts->mutable_task()->set_index(t.index);
+    ts->set_state(ToProto(t.state));
+    ts->set_node(t.node);
+    ts->set_pid(t.pid);
+    ts->set_exit_code(t.exit_code);
+    ts->set_signal(t.signal);
+    ts->set_global_rank(t.global_rank);
+    ts->set_reason(t.reason);
+  }
+  std::string serialized = status.SerializeAsString();
+  v1::WatchEvent event;
+  *event.mutable_status() = status;
+  std::string event_bytes = event.SerializeAsString();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_snapshot_ = serialized;
+    std::vector<std::weak_ptr<WatchQueue>> alive;
+    for (auto& w : watchers_) {
+      if (auto q = w.lock()) {
+        q->Push(event_bytes, false);
+        alive.push_back(w);
+      }
+    }
+    watchers_.swap(alive);
+  }
+  WriteStatusFile();
+}
+
+void Master::WriteStatusFile() {
+  v1::JobStatus status;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status.ParseFromString(status_snapshot_);
+  }
+  nlohmann::json j = JobStatusToJson(status);
+  j["master_pid"] = ::getpid();
+  if (auto st = WriteFileAtomically(options_.job_dir + "/status.json", j.dump(2)); !st.ok()) {
+    spdlog::error("cannot write status.json: {}", st.ToString());
+  }
+}
+
+Master::AgentSession* Master::SessionForNode(const std::string& node) {
+  for (auto& [id, s] : sessions_) {
+    if (s.registered && s.node == node) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace shoal::master

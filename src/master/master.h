@@ -1,0 +1,167 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "common/clock.h"
+#include "common/event_loop.h"
+#include "common/journal.h"
+#include "frameworks/cluster_plan.h"
+#include "master/job_state.h"
+#include "master/placement.h"
+#include "spec/job_spec.h"
+
+namespace grpc {
+class Server;
+}
+namespace shoal::v1 {
+class AgentMessage;
+class MasterMessage;
+class JobStatus;
+class WatchEvent;
+}  // namespace shoal::v1
+
+namespace shoal::master {
+
+class MasterService;
+class WatchQueue;
+
+struct MasterOptions {
+  std::string job_id;
+  std::string job_dir;
+  spec::JobSpec spec;
+  std::string listen_host = "127.0.0.1";  // loopback unless configured otherwise
+  uint16_t listen_port = 0;               // 0: any free port
+  std::string token;                      // every caller must present it
+  std::string shoal_binary;               // for the backend to start agents
+  std::chrono::milliseconds heartbeat_interval{1000};
+  int heartbeat_misses = 3;
+  std::chrono::milliseconds register_timeout{30000};
+  std::chrono::milliseconds stop_grace{3000};
+  std::chrono::milliseconds admission_retry{1000};
+  uint32_t agent_master_grace_ms = 10000;
+  Clock* clock = SystemClock::Get();
+};
+
+// A stream to one agent. Implemented over gRPC by MasterService; thread-safe.
+class AgentConnection {
+ public:
+  virtual ~AgentConnection() = default;
+  virtual bool Send(const v1::MasterMessage& message) = 0;
+  virtual void Close() = 0;
+};
+
+// The only owner of one job's state. Everything runs on its event loop: gRPC handlers and the
+// backend post onto it. Every change is journalled (group commit after each batch of work)
+// before it is visible to clients.
+class Master {
+ public:
+  static absl::StatusOr<std::unique_ptr<Master>> Create(MasterOptions options,
+                                                        std::unique_ptr<backends::Backend> backend);
+  ~Master();
+
+  // Binds the control plane, writes master.json, and starts admission.
+  absl::Status Start();
+  std::string address() const { return address_; }
+  // Blocks until the job reached its outcome and every agent was released. Returns the
+  // process exit code: 0 succeeded, 1 failed, 3 killed.
+  int Wait();
+  // Stops the job; the outcome is `killed` unless it was already decided.
+  void Kill(const std::string& reason);
+
+  // ---- called by MasterService from gRPC threads
+  bool Authorized(const std::string& authorization_header) const;
+  uint64_t AgentConnected(std::shared_ptr<AgentConnection> connection);
+  void AgentMessageReceived(uint64_t session, const v1::AgentMessage& message);
+  void AgentDisconnected(uint64_t session);
+  void FillStatus(v1::JobStatus* status);  // thread-safe snapshot
+  std::shared_ptr<WatchQueue> AddWatcher(bool logs);
+
+ private:
+  struct AgentSession {
+    uint64_t id = 0;
+    std::shared_ptr<AgentConnection> connection;
+    std::string node;
+    bool registered = false;
+    std::vector<uint32_t> free_ports;
+    std::string address;
+    Clock::TimePoint last_seen;
+  };
+  struct LogSink {
+    std::FILE* out = nullptr;
+    std::FILE* err = nullptr;
+    std::string partial[2];
+  };
+
+  Master(MasterOptions options, std::unique_ptr<backends::Backend> backend);
+
+  // All below run on the loop.
+  void TryAdmit();
+  void OnRegister(AgentSession& session, const v1::AgentMessage& message);
+  void CompleteRendezvous();
+  void LaunchReadyRoles();
+  void OnTaskStarted(const v1::AgentMessage& message);
+  void OnTaskExited(const v1::AgentMessage& message);
+  void OnLog(const v1::AgentMessage& message);
+  void OnPlaceLost(const std::string& node, const std::string& why);
+  void CheckHeartbeats();
+  void FailTasksOnNode(const std::string& node, const std::string& reason);
+  void SetPhase(JobPhase phase, const std::string& reason);
+  void EvaluateOutcome();
+  void BeginStopping(JobPhase outcome, const std::string& reason);
+  void MaybeFinish();
+  void Finish();
+  void Journal(nlohmann::json record);
+  void Transition(TaskRecord& task, TaskState to, const std::string& reason = "");
+  void AfterBatch();
+  void PublishStatus();
+  void WriteStatusFile();
+  void EmitLogLine(const std::string& prefixed_line);
+  LogSink& SinkFor(const std::string& role, uint32_t index);
+  AgentSession* SessionForNode(const std::string& node);
+
+  MasterOptions options_;
+  std::unique_ptr<backends::Backend> backend_;
+  EventLoop loop_;
+  std::unique_ptr<shoal::Journal> journal_;
+  std::unique_ptr<MasterService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+
+  // Owned by the loop.
+  JobState state_;
+  JobPhase phase_ = JobPhase::kQueued;
+  std::string phase_reason_;
+  std::optional<Outcome> pending_outcome_;
+  std::vector<backends::NodeGrant> grants_;
+  std::vector<PlacedTask> placement_;
+  frameworks::ClusterPlan plan_;
+  std::map<uint64_t, AgentSession> sessions_;
+  uint64_t next_session_ = 1;
+  std::map<std::string, LogSink> log_sinks_;
+  std::FILE* combined_log_ = nullptr;
+  std::vector<std::string> launched_roles_;
+  bool status_dirty_ = true;
+  bool rendezvous_done_ = false;
+  uint64_t register_timer_ = 0;
+  int64_t created_unix_ms_ = 0;
+  int64_t finished_unix_ms_ = 0;
+
+  // Shared with gRPC threads.
+  mutable std::mutex mu_;
+  std::condition_variable finished_cv_;
+  bool finished_ = false;
+  std::string status_snapshot_;  // serialized v1::JobStatus, refreshed after each batch
+  std::vector<std::weak_ptr<WatchQueue>> watchers_;
+};
+
+}  // namespace shoal::master

@@ -1,0 +1,933 @@
+#include "spec/spec_parser.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/byte_size.h"
+#include "yaml-cpp/yaml.h"
+
+namespace shoal::spec {
+namespace {
+
+constexpr absl::string_view kTopKeys[] = {"name", "framework", "success", "roles"};
+constexpr absl::string_view kRoleKeys[] = {"instances", "command",   "env",       "working_dir",
+                                          "resources", "untracked", "depends_on"};
+constexpr absl::string_view kResourceKeys[] = {"cpus", "memory", "gpus"};
+constexpr absl::string_view kSuccessKeys[] = {"roles"};
+constexpr absl::string_view kFrameworks[] = {"none", "pytorch"};
+// Known frameworks that Shoal does not run yet; named apart so the message says "not yet"
+// rather than "unknown".
+constexpr absl::string_view kFutureFrameworks[] = {"tensorflow", "horovod", "paddle", "jax", "mpi"};
+
+// Bounds that keep totals far from integer overflow; no real job comes near them.
+constexpr int64_t kMaxInstances = 100000;
+constexpr int64_t kMaxGpusPerTask = 1024;
+
+constexpr char kCommandForm[] =
+    "a non-empty list of strings (argv), e.g. [python3, train.py], or a non-empty string run "
+    "by /bin/sh -c";
+
+// "file:line" or just "file" when the line is unknown (0), as in hand-built specs.
+std::string Where(absl::string_view source, int line) {
+  std::string name = source.empty() ? std::string("job") : std::string(source);
+  return line > 0 ? absl::StrCat(name, ":", line) : name;
+}
+
+std::string JoinKey(absl::string_view path, absl::string_view key) {
+  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+}
+
+// The YAML 1.2 core schema's booleans; YAML 1.1's yes/no/on/off are refused so that a country
+// code or a stray "no" never turns into a bool by accident.
+std::optional<bool> ParseBool(absl::string_view text) {
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> ParseInt(absl::string_view text) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value)) return std::nullopt;
+  return value;
+}
+
+// A finite decimal number ("1", "0.5", "+2", "1e3"); not inf, nan or hex.
+std::optional<double> ParseNumber(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return std::nullopt;
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value,
+                                   std::chars_format::general);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The closest of `choices` within edit distance 2, for "did you mean" hints.
+std::optional<absl::string_view> Closest(absl::string_view word,
+                                        absl::Span<const absl::string_view> choices) {
+  std::optional<absl::string_view> best;
+  size_t best_distance = 3;
+  std::string lower = absl::AsciiStrToLower(word);
+  for (absl::string_view choice : choices) {
+    size_t d = EditDistance(lower, choice);
+    if (d < best_distance) {
+      best_distance = d;
+      best = choice;
+    }
+  }
+  return best;
+}
+
+bool IsValidJobName(absl::string_view s) {
+  if (s.empty() || s.size() > 63 || !absl::ascii_isalnum(static_cast<unsigned char>(s[0]))) {
+    return false;
+  }
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+bool IsValidRoleName(absl::string_view s) {
+  if (s.empty() || !absl::ascii_isalpha(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+bool IsValidEnvName(absl::string_view s) {
+  if (s.empty() || absl::ascii_isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
+
+// How a value reads in "got ..." messages: numbers as written, other text quoted and cut short.
+std::string Describe(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return "nothing";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  std::string text = node.Scalar();
+  if (IsPlainScalar(node) && ParseNumber(text)) return text;
+  if (text.size() > 60) text = absl::StrCat(text.substr(0, 57), "...");
+  return absl::StrCat("'", text, "'");
+}
+
+std::string FormatCount(double n) { return absl::StrFormat("%.6g", n); }
+
+// Resolves `dir` against `base` and drops "." and ".." parts and any trailing '/'.
+std::string ResolveDir(const std::string& base, const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (p.is_relative()) p = std::filesystem::path(base) / p;
+  std::string s = p.lexically_normal().string();
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+std::string AbsoluteBaseDir(const std::string& base_dir) {
+  std::error_code ec;
+  std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (ec) cwd = "/";
+  if (base_dir.empty()) return ResolveDir(cwd.string(), ".");
+  return ResolveDir(cwd.string(), base_dir);
+}
+
+// Sees one document's events, to tell whether its root is a bare null and where it starts.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    start_line_ = mark.is_null() ? 0 : mark.line + 1;
+    depth_ = 0;
+    root_is_null_ = false;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {
+    if (depth_ == 0) root_is_null_ = true;
+  }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    ++depth_;
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    ++depth_;
+  }
+  void OnMapEnd() override { --depth_; }
+
+  bool root_is_null() const { return root_is_null_; }
+  int start_line() const { return start_line_; }
+
+ private:
+  int depth_ = 0;
+  bool root_is_null_ = false;
+  int start_line_ = 0;
+};
+
+struct DocumentCount {
+  int count = 0;        // 0, 1 or 2 (meaning two or more)
+  int second_line = 0;  // where the second document starts
+};
+
+// Counts the non-empty documents of `text`, stopping at two. Not YAML::LoadAll: in yaml-cpp 0.7
+// it never returns on input such as a lone ',' (it adds a null document per turn until memory
+// runs out; jbeder/yaml-cpp#1040, fixed upstream after 0.7 by stopping at the first null
+// document, as this does). Throws YAML::ParserException on a syntax error.
+DocumentCount CountDocuments(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentProbe probe;
+  DocumentCount result;
+  while (result.count < 2 && parser.HandleNextDocument(probe) && !probe.root_is_null()) {
+    if (++result.count == 2) result.second_line = probe.start_line();
+  }
+  return result;
+}
+
+// One `key: value` pair of a map, with the 1-based line of the key.
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+  int line = 0;
+};
+
+// Where cross-role checks point, kept beside each parsed role.
+struct RoleSite {
+  int depends_on_line = 0;
+  std::vector<int> depends_on_item_lines;  // parallel to Role::depends_on
+};
+
+// Parses one document into a JobSpec, collecting every problem instead of stopping at the first.
+// Lives for one parse.
+class Parser {
+ public:
+  Parser(std::string source, std::string base_dir)
+      : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+
+  absl::StatusOr<JobSpec> Parse(const std::string& text) {
+    YAML::Node root;
+    DocumentCount documents;
+    try {
+      root = YAML::Load(text);
+      documents = CountDocuments(text);
+    } catch (const YAML::ParserException& e) {
+      return Refuse(absl::StrCat(source_, ":", e.mark.line + 1, ":", e.mark.column + 1,
+                                 ": invalid YAML: ", e.msg));
+    } catch (const YAML::Exception& e) {
+      return Refuse(absl::StrCat(source_, ": invalid YAML: ", e.msg));
+    }
+    if (documents.count > 1) {
+      return Refuse(absl::StrCat(Where(source_, documents.second_line),
+                                 ": the job file holds more than one YAML document (separated by "
+                                 "'---'); expected one"));
+    }
+    JobSpec spec;
+    try {
+      if (!root.IsDefined() || root.IsNull()) {
+        Error(1, "", "the job file holds no job; expected a map with at least 'name' and 'roles'");
+      } else if (!root.IsMap()) {
+        Error(LineOf(root, 1), "",
+              absl::StrCat("the job file must be a map with the keys ",
+                           absl::StrJoin(kTopKeys, ", "), "; got ", Describe(root)));
+      } else {
+        ParseTop(root, spec);
+      }
+    } catch (const YAML::Exception& e) {
+      // Not expected: the traversal only asks valid nodes for what their type offers.
+      return absl::InternalError(absl::StrCat(source_, ": reading the job file: ", e.what()));
+    }
+    if (!problems_.empty()) return Refuse();
+    spec.source_path = source_;
+    return spec;
+  }
+
+ private:
+  struct Problem {
+    int line;
+    std::string text;
+  };
+
+  void Error(int line, absl::string_view key, absl::string_view message) {
+    std::string text = key.empty() ? absl::StrCat(Where(source_, line), ": ", message)
+                                   : absl::StrCat(Where(source_, line), ": ", key, ": ", message);
+    problems_.push_back({line, std::move(text)});
+  }
+
+  absl::Status Refuse(std::string only) { return absl::InvalidArgumentError(only); }
+
+  absl::Status Refuse() {
+    // Problems are found pass by pass (keys, then cross-role checks); the reader wants file order.
+    std::stable_sort(problems_.begin(), problems_.end(),
+                     [](const Problem& a, const Problem& b) { return a.line < b.line; });
+    std::vector<std::string> lines;
+    for (const auto& p : problems_) lines.push_back(p.text);
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+  }
+
+  // A node's 1-based line; `fallback` for nulls, whose mark points past the key to the next
+  // token, and for nodes without a mark.
+  static int LineOf(const YAML::Node& node, int fallback) {
+    if (!node.IsDefined() || node.IsNull()) return fallback;
+    YAML::Mark mark = node.Mark();
+    return mark.is_null() ? fallback : mark.line + 1;
+  }
+
+  // The pairs of `map` in file order. Reports keys that are not plain text and keys given more
+  // than once (yaml-cpp keeps both pairs); only the first of a repeated key is returned.
+  std::vector<Entry> Entries(const YAML::Node& map, absl::string_view path, bool are_roles) {
+    std::vector<Entry> entries;
+    std::map<std::string, int> first_line;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      Entry e{"", it->first, it->second, LineOf(it->first, LineOf(map, 1))};
+      if (!e.key_node.IsScalar()) {
+        Error(e.line, path,
+              absl::StrCat("keys must be plain names, got ", Describe(e.key_node), " as a key"));
+        continue;
+      }
+      e.key = e.key_node.Scalar();
+      auto [seen, inserted] = first_line.emplace(e.key, e.line);
+      if (!inserted) {
+        Error(e.line, JoinKey(path, e.key),
+              are_roles
+                  ? absl::StrCat("role defined twice, at lines ", seen->second, " and ", e.line,
+                                 "; role names must be unique")
+                  : absl::StrCat("given twice, at lines ", seen->second, " and ", e.line,
+                                 "; keep one"));
+        continue;
+      }
+      entries.push_back(std::move(e));
+    }
+    return entries;
+  }
+
+  // Reports keys outside `accepted`, with a hint when one is a likely misspelling.
+  void CheckKnownKeys(const std::vector<Entry>& entries, absl::string_view path,
+                      absl::Span<const absl::string_view> accepted) {
+    for (const auto& e : entries) {
+      if (std::find(accepted.begin(), accepted.end(), e.key) != accepted.end()) continue;
+      std::string hint;
+      if (auto closest = Closest(e.key, accepted)) {
+        hint = absl::StrCat(" did you mean '", *closest, "'?");
+      }
+      Error(e.line, JoinKey(path, e.key),
+            absl::StrCat("unknown key;", hint, " accepted keys: ", absl::StrJoin(accepted, ", ")));
+    }
+  }
+
+  static const Entry* Find(const std::vector<Entry>& entries, absl::string_view key) {
+    for (const auto& e : entries) {
+      if (e.key == key) return &e;
+    }
+    return nullptr;
+  }
+
+  // The scalar text of `e.value`, or nullopt after reporting that it must be `expected`.
+  std::optional<std::string> Scalar(const Entry& e, absl::string_view key,
+                                    absl::string_view expected) {
+    if (e.value.IsScalar()) return e.value.Scalar();
+    Error(e.line, key, absl::StrCat("must be ", expected, ", got ", Describe(e.value)));
+    return std::nullopt;
+  }
+
+  void ParseTop(const YAML::Node& root, JobSpec& spec) {
+    std::vector<Entry> entries = Entries(root, "", false);
+    CheckKnownKeys(entries, "", kTopKeys);
+
+    if (const Entry* e = Find(entries, "name")) {
+      constexpr char kForm[] =
+          "a name of letters, digits, '.', '_' and '-' that starts with a letter or digit, at "
+          "most 63 characters, e.g. digits-ddp";
+      if (auto text = Scalar(*e, "name", kForm)) {
+        if (IsValidJobName(*text)) {
+          spec.name = *text;
+        } else {
+          Error(e->line, "name", absl::StrCat("must be ", kForm, ", got ", Describe(e->value)));
+        }
+      }
+    } else {
+      Error(1, "name", "required; expected a job name such as digits-ddp");
+    }
+
+    if (const Entry* e = Find(entries, "framework")) {
+      std::string accepted = absl::StrJoin(kFrameworks, ", ");
+      if (auto text = Scalar(*e, "framework", absl::StrCat("one of ", accepted))) {
+        if (*text == "none") {
+          spec.framework = Framework::kNone;
+        } else if (*text == "pytorch") {
+          spec.framework = Framework::kPyTorch;
+        } else if (std::find(std::begin(kFutureFrameworks), std::end(kFutureFrameworks), *text) !=
+                   std::end(kFutureFrameworks)) {
+          Error(e->line, "framework",
+                absl::StrCat("'", *text, "' is not supported yet; accepted values: ", accepted));
+        } else {
+          std::string hint;
+          if (auto closest = Closest(*text, kFrameworks)) {
+            hint = absl::StrCat(" did you mean '", *closest, "'?");
+          }
+          Error(e->line, "framework",
+                absl::StrCat("unknown framework ", Describe(e->value), ";", hint,
+                             " accepted values: ", accepted));
+        }
+      }
+    }
+
+    std::vector<RoleSite> sites;
+    const Entry* roles_entry = Find(entries, "roles");
+    if (roles_entry == nullptr) {
+      Error(1, "roles",
+            "required; expected a map of role name to role, e.g. roles: {worker: {command: "
+            "[python3, train.py]}}");
+    } else if (roles_entry->value.IsNull() ||
+               (roles_entry->value.IsMap() && roles_entry->value.size() == 0)) {
+      Error(roles_entry->line, "roles",
+            "must define at least one role, e.g. roles: {worker: {command: [python3, train.py]}}");
+    } else if (!roles_entry->value.IsMap()) {
+      Error(roles_entry->line, "roles",
+            absl::StrCat("must be a map of role name to role, got ", Describe(roles_entry->value)));
+    } else {
+      for (const Entry& r : Entries(roles_entry->value, "roles", true)) {
+        RoleSite site;
+        spec.roles.push_back(ParseRole(r, site));
+        sites.push_back(std::move(site));
+      }
+    }
+
+    CheckDependencies(spec, sites);
+    ParseSuccess(Find(entries, "success"), roles_entry, spec);
+  }
+
+  Role ParseRole(const Entry& r, RoleSite& site) {
+    Role role;
+    role.name = r.key;
+    role.line = r.line;
+    const std::string path = JoinKey("roles", r.key);
+    if (!IsValidRoleName(r.key)) {
+      Error(r.line, path,
+            "role names must start with a letter and hold only letters, digits, '_' and '-'");
+    }
+    if (!r.value.IsMap()) {
+      Error(r.line, path,
+            absl::StrCat("must be a map with at least 'command', e.g. {command: [python3, "
+                         "train.py]}, got ",
+                         Describe(r.value)));
+      return role;
+    }
+    std::vector<Entry> entries = Entries(r.value, path, false);
+    CheckKnownKeys(entries, path, kRoleKeys);
+
+    if (const Entry* e = Find(entries, "instances")) {
+      std::string key = JoinKey(path, "instances");
+      std::optional<int64_t> n = e->value.IsScalar() ? ParseInt(e->value.Scalar()) : std::nullopt;
+      if (!n || *n < 1) {
+        Error(e->line, key, absl::StrCat("must be an integer >= 1, got ", Describe(e->value)));
+      } else if (*n > kMaxInstances) {
+        Error(e->line, key, absl::StrCat("must be at most ", kMaxInstances, ", got ", *n));
+      } else {
+        role.instances = static_cast<uint32_t>(*n);
+      }
+    }
+
+    if (const Entry* e = Find(entries, "command")) {
+      ParseCommand(*e, JoinKey(path, "command"), role);
+    } else {
+      Error(r.line, JoinKey(path, "command"), absl::StrCat("required; expected ", kCommandForm));
+    }
+
+    if (const Entry* e = Find(entries, "env")) ParseEnv(*e, JoinKey(path, "env"), role);
+
+    role.working_dir = base_dir_;
+    if (const Entry* e = Find(entries, "working_dir")) {
+      std::string key = JoinKey(path, "working_dir");
+      constexpr char kForm[] = "a directory path, absolute or relative to the job file";
+      if (auto text = Scalar(*e, key, kForm)) {
+        if (text->empty()) {
+          Error(e->line, key, absl::StrCat("must be ", kForm, ", got ''"));
+        } else if ((*text)[0] == '~') {
+          Error(e->line, key,
+                absl::StrCat("'~' is not expanded; must be ", kForm, ", got ", Describe(e->value)));
+        } else {
+          role.working_dir = ResolveDir(base_dir_, *text);
+        }
+      }
+    }
+
+    if (const Entry* e = Find(entries, "resources")) {
+      ParseResources(*e, JoinKey(path, "resources"), role);
+    }
+
+    if (const Entry* e = Find(entries, "untracked")) {
+      std::string key = JoinKey(path, "untracked");
+      std::optional<bool> b = e->value.IsScalar() ? ParseBool(e->value.Scalar()) : std::nullopt;
+      if (b) {
+        role.untracked = *b;
+      } else {
+        Error(e->line, key, absl::StrCat("must be true or false, got ", Describe(e->value)));
+      }
+    }
+
+    if (const Entry* e = Find(entries, "depends_on")) {
+      std::string key = JoinKey(path, "depends_on");
+      site.depends_on_line = e->line;
+      if (e->value.IsSequence()) {
+        for (size_t i = 0; i < e->value.size(); ++i) {
+          YAML::Node item = e->value[i];
+          int line = LineOf(item, e->line);
+          if (!item.IsScalar()) {
+            Error(line, absl::StrCat(key, "[", i, "]"),
+                  absl::StrCat("must be a role name, got ", Describe(item)));
+            continue;
+          }
+          // Naming a role twice changes nothing; keep the first.
+          if (std::find(role.depends_on.begin(), role.depends_on.end(), item.Scalar()) !=
+              role.depends_on.end()) {
+            continue;
+          }
+          role.depends_on.push_back(item.Scalar());
+          site.depends_on_item_lines.push_back(line);
+        }
+      } else if (!e->value.IsNull()) {
+        Error(e->line, key,
+              absl::StrCat("must be a list of role names, e.g. [ps], got ", Describe(e->value)));
+      }
+    }
+    return role;
+  }
+
+  void ParseCommand(const Entry& e, const std::string& key, Role& role) {
+    if (e.value.IsSequence()) {
+      if (e.value.size() == 0) {
+        Error(e.line, key, absl::StrCat("must not be empty; expected ", kCommandForm));
+        return;
+      }
+      std::vector<std::string> argv;
+      bool ok = true;
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        YAML::Node item = e.value[i];
+        if (!item.IsScalar()) {
+          Error(LineOf(item, e.line), absl::StrCat(key, "[", i, "]"),
+                absl::StrCat("must be a string, got ", Describe(item)));
+          ok = false;
+          continue;
+        }
+        argv.push_back(item.Scalar());
+      }
+      if (ok && argv[0].empty()) {
+        Error(LineOf(e.value[0], e.line), absl::StrCat(key, "[0]"),
+              "the program must not be empty, e.g. python3");
+        ok = false;
+      }
+      if (ok) role.argv = std::move(argv);
+      return;
+    }
+    // A bare number is a slip (a value meant for another key), not a program to run.
+    if (e.value.IsScalar() && !(IsPlainScalar(e.value) && ParseNumber(e.value.Scalar()))) {
+      if (absl::StripAsciiWhitespace(e.value.Scalar()).empty()) {
+        Error(e.line, key, absl::StrCat("must not be empty; expected ", kCommandForm));
+      } else {
+        role.shell = e.value.Scalar();
+      }
+      return;
+    }
+    Error(e.line, key, absl::StrCat("must be ", kCommandForm, ", got ", Describe(e.value)));
+  }
+
+  void ParseEnv(const Entry& e, const std::string& key, Role& role) {
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, key,
+            absl::StrCat("must be a map of NAME: value, e.g. {OMP_NUM_THREADS: \"1\"}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    for (const Entry& v : Entries(e.value, key, false)) {
+      std::string var_key = JoinKey(key, v.key);
+      if (!IsValidEnvName(v.key)) {
+        Error(v.line, var_key,
+              "variable names must hold only letters, digits and '_' and not start with a digit");
+        continue;
+      }
+      if (!v.value.IsScalar()) {
+        Error(LineOf(v.value, v.line), var_key,
+              absl::StrCat("must be a string, number or bool (write \"\" for an empty value), "
+                           "got ",
+                           Describe(v.value)));
+        continue;
+      }
+      // Numbers and bools keep the text as written: 1.50 stays "1.50", not "1.5".
+      role.env[v.key] = v.value.Scalar();
+    }
+  }
+
+  void ParseResources(const Entry& e, const std::string& path, Role& role) {
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with cpus, memory and/or gpus, e.g. {cpus: 2, memory: "
+                         "4GiB}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kResourceKeys);
+
+    if (const Entry* c = Find(entries, "cpus")) {
+      role.resource_lines.cpus = c->line;
+      std::optional<double> n = c->value.IsScalar() ? ParseNumber(c->value.Scalar()) : std::nullopt;
+      if (n && *n > 0) {
+        role.resources.cpus = *n;
+      } else {
+        Error(c->line, JoinKey(path, "cpus"),
+              absl::StrCat("must be a number > 0 (fractions allowed, e.g. 0.5 or 4), got ",
+                           Describe(c->value)));
+      }
+    }
+
+    if (const Entry* m = Find(entries, "memory")) {
+      role.resource_lines.memory = m->line;
+      std::string key = JoinKey(path, "memory");
+      if (!m->value.IsScalar()) {
+        Error(m->line, key,
+              absl::StrCat("must be a size, e.g. 512MiB, 2GiB, 1.5G, 4GB, got ",
+                           Describe(m->value)));
+      } else {
+        absl::StatusOr<uint64_t> bytes = ParseByteSize(m->value.Scalar());
+        if (bytes.ok()) {
+          role.resources.memory_bytes = *bytes;
+        } else {
+          Error(m->line, key, bytes.status().message());
+        }
+      }
+    }
+
+    if (const Entry* g = Find(entries, "gpus")) {
+      role.resource_lines.gpus = g->line;
+      std::string key = JoinKey(path, "gpus");
+      std::optional<int64_t> n = g->value.IsScalar() ? ParseInt(g->value.Scalar()) : std::nullopt;
+      if (!n || *n < 0) {
+        Error(g->line, key, absl::StrCat("must be an integer >= 0, got ", Describe(g->value)));
+      } else if (*n > kMaxGpusPerTask) {
+        Error(g->line, key, absl::StrCat("must be at most ", kMaxGpusPerTask, ", got ", *n));
+      } else {
+        role.resources.gpus = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  // Unknown names, self-dependencies and cycles among depends_on lists.
+  void CheckDependencies(const JobSpec& spec, const std::vector<RoleSite>& sites) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < spec.roles.size(); ++i) index.emplace(spec.roles[i].name, i);
+    std::vector<std::string> names;
+    for (const auto& r : spec.roles) names.push_back(r.name);
+
+    // Edges that name a known other role; only those can form cycles.
+    std::vector<std::vector<size_t>> edges(spec.roles.size());
+    for (size_t i = 0; i < spec.roles.size(); ++i) {
+      const Role& role = spec.roles[i];
+      std::string key = JoinKey(JoinKey("roles", role.name), "depends_on");
+      for (size_t j = 0; j < role.depends_on.size(); ++j) {
+        const std::string& dep = role.depends_on[j];
+        int line = sites[i].depends_on_item_lines[j];
+        auto it = index.find(dep);
+        if (dep == role.name) {
+          Error(line, key, absl::StrCat("role '", dep, "' cannot depend on itself"));
+        } else if (it == index.end()) {
+          Error(line, key,
+                absl::StrCat("'", dep, "' is not a role of this job; roles are: ",
+                             absl::StrJoin(names, ", ")));
+        } else {
+          edges[i].push_back(it->second);
+        }
+      }
+    }
+
+    // Iterative depth-first search: a long chain of roles must not exhaust the stack.
+    enum Color { kWhite, kGrey, kBlack };
+    std::vector<Color> color(spec.roles.size(), kWhite);
+    std::set<std::set<size_t>> reported;
+    for (size_t start = 0; start < spec.roles.size(); ++start) {
+      if (color[start] != kWhite) continue;
+      std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};  // node, next edge
+      color[start] = kGrey;
+      while (!stack.empty()) {
+        auto& [node, next] = stack.back();
+        if (next == edges[node].size()) {
+          color[node] = kBlack;
+          stack.pop_back();
+          continue;
+        }
+        size_t to = edges[node][next++];
+        if (color[to] == kWhite) {
+          color[to] = kGrey;
+          stack.push_back({to, 0});
+        } else if (color[to] == kGrey) {
+          std::vector<size_t> cycle;
+          auto from = std::find_if(stack.begin(), stack.end(),
+                                   [to](const auto& frame) { return frame.first == to; });
+          for (auto f = from; f != stack.end(); ++f) cycle.push_back(f->first);
+          ReportCycle(spec, sites, cycle, reported);
+        }
+      }
+    }
+  }
+
+  void ReportCycle(const JobSpec& spec, const std::vector<RoleSite>& sites,
+                   std::vector<size_t> cycle, std::set<std::set<size_t>>& reported) {
+    if (!reported.insert(std::set<size_t>(cycle.begin(), cycle.end())).second) return;
+    // Start the cycle at the role written first, and report it there.
+    std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+    std::vector<std::string> names;
+    for (size_t i : cycle) names.push_back(spec.roles[i].name);
+    names.push_back(spec.roles[cycle[0]].name);
+    const Role& first = spec.roles[cycle[0]];
+    Error(sites[cycle[0]].depends_on_line, JoinKey(JoinKey("roles", first.name), "depends_on"),
+          absl::StrCat("roles depend on each other in a cycle (", absl::StrJoin(names, " -> "),
+                       "), so none of them could ever start"));
+  }
+
+  void ParseSuccess(const Entry* success, const Entry* roles_entry, JobSpec& spec) {
+    std::vector<std::string> tracked;
+    for (const auto& r : spec.roles) {
+      if (!r.untracked) tracked.push_back(r.name);
+    }
+    if (!spec.roles.empty() && tracked.empty()) {
+      Error(roles_entry->line, "roles",
+            "every role is untracked, so nothing could decide whether the job succeeded; leave "
+            "at least one role tracked (untracked: false)");
+    }
+
+    bool given = false;
+    if (success != nullptr && !success->value.IsNull()) {
+      if (!success->value.IsMap()) {
+        Error(success->line, "success",
+              absl::StrCat("must be a map, e.g. {roles: [worker]}, got ",
+                           Describe(success->value)));
+        return;
+      }
+      std::vector<Entry> entries = Entries(success->value, "success", false);
+      CheckKnownKeys(entries, "success", kSuccessKeys);
+      if (const Entry* e = Find(entries, "roles"); e != nullptr && !e->value.IsNull()) {
+        given = true;
+        ParseSuccessRoles(*e, spec, tracked);
+      }
+    }
+    if (given) return;
+    // The default: a chief speaks for the job; without one, every tracked role must succeed.
+    const Role* chief = spec.FindRole("chief");
+    if (chief != nullptr && !chief->untracked) {
+      spec.success_roles = {"chief"};
+    } else {
+      spec.success_roles = tracked;
+    }
+  }
+
+  void ParseSuccessRoles(const Entry& e, JobSpec& spec, const std::vector<std::string>& tracked) {
+    const std::string key = "success.roles";
+    if (!e.value.IsSequence()) {
+      Error(e.line, key,
+            absl::StrCat("must be a list of role names, e.g. [worker], got ", Describe(e.value)));
+      return;
+    }
+    if (e.value.size() == 0) {
+      Error(e.line, key, "must name at least one role, e.g. [worker]; omit it for the default");
+      return;
+    }
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      YAML::Node item = e.value[i];
+      int line = LineOf(item, e.line);
+      if (!item.IsScalar()) {
+        Error(line, absl::StrCat(key, "[", i, "]"),
+              absl::StrCat("must be a role name, got ", Describe(item)));
+        continue;
+      }
+      const std::string& name = item.Scalar();
+      const Role* role = spec.FindRole(name);
+      if (role == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& r : spec.roles) names.push_back(r.name);
+        Error(line, key,
+              absl::StrCat("'", name, "' is not a role of this job; roles are: ",
+                           absl::StrJoin(names, ", ")));
+      } else if (role->untracked) {
+        Error(line, key,
+              absl::StrCat("'", name,
+                           "' is untracked, so it cannot decide success; tracked roles are: ",
+                           absl::StrJoin(tracked, ", ")));
+      } else if (std::find(spec.success_roles.begin(), spec.success_roles.end(), name) ==
+                 spec.success_roles.end()) {
+        spec.success_roles.push_back(name);
+      }
+    }
+  }
+
+  const std::string source_;
+  const std::string base_dir_;  // absolute
+  std::vector<Problem> problems_;
+};
+
+// Reads the whole file; the error names the path and the reason.
+absl::StatusOr<std::string> ReadJobFile(const std::string& path) {
+  auto refuse = [&path](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the job file: ", why));
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return refuse(std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return refuse("not a regular file");
+  }
+  std::string text;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return refuse(std::strerror(err));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+struct Demand {
+  double total = 0;
+  std::vector<std::string> parts;  // "32 x worker at 2"
+  const Role* first = nullptr;     // the first role asking for any, where the total is reported
+  bool task_too_big = false;
+};
+
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
+                                     const std::string& base_dir) {
+  try {
+    return Parser(source_name, AbsoluteBaseDir(base_dir)).Parse(yaml_text);
+  } catch (const std::exception& e) {
+    // Only allocation failures are left to land here; they must not cross the module boundary.
+    return absl::InternalError(absl::StrCat(source_name, ": reading the job file: ", e.what()));
+  }
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadJobFile(path);
+  if (!text.ok()) return text.status();
+  // The file's own directory, so that working_dir means the same wherever shoal is run from.
+  std::string dir = std::filesystem::path(AbsoluteBaseDir(path)).parent_path().string();
+  return ParseJobSpec(*text, path, dir);
+}
+
+absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine) {
+  std::vector<std::pair<int, std::string>> problems;
+  auto report = [&](const Role& role, int key_line, absl::string_view key, std::string message) {
+    int line = key_line > 0 ? key_line : role.line;
+    problems.emplace_back(line, absl::StrCat(Where(spec.source_path, line), ": roles.", role.name,
+                                             ".resources.", key, ": ", std::move(message)));
+  };
+
+  // One resource: what each task of a role asks for, and how amounts read in messages.
+  struct Kind {
+    absl::string_view key;
+    double have;
+    double (*per_task)(const Role&);
+    int (*line)(const Role&);
+    std::string (*figure)(double);  // "2", "2GiB"
+    std::string (*amount)(double);  // "2 CPUs", "2GiB of memory"
+  };
+  const Kind kinds[] = {
+      {"cpus", machine.cpus, [](const Role& r) { return r.resources.cpus; },
+       [](const Role& r) { return r.resource_lines.cpus; }, FormatCount,
+       [](double n) { return absl::StrCat(FormatCount(n), n == 1 ? " CPU" : " CPUs"); }},
+      {"memory", static_cast<double>(machine.memory_bytes),
+       [](const Role& r) { return static_cast<double>(r.resources.memory_bytes); },
+       [](const Role& r) { return r.resource_lines.memory; },
+       [](double n) { return FormatByteSize(static_cast<uint64_t>(n)); },
+       [](double n) { return absl::StrCat(FormatByteSize(static_cast<uint64_t>(n)), " of memory"); }},
+      {"gpus", static_cast<double>(machine.gpus.size()),
+       [](const Role& r) { return static_cast<double>(r.resources.gpus); },
+       [](const Role& r) { return r.resource_lines.gpus; }, FormatCount,
+       [](double n) { return absl::StrCat(FormatCount(n), n == 1 ? " GPU" : " GPUs"); }},
+  };
+  // Sums of fractional CPUs (0.1 x 10) must not fail on rounding.
+  constexpr double kSlack = 1e-9;
+
+  for (const Kind& kind : kinds) {
+    Demand demand;
+    for (const Role& role : spec.roles) {
+      double each = kind.per_task(role);
+      if (each <= 0 || role.instances == 0) continue;
+      if (demand.first == nullptr) demand.first = &role;
+      demand.total += each * role.instances;
+      demand.parts.push_back(
+          absl::StrCat(role.instances, " x ", role.name, " at ", kind.figure(each)));
+      if (each > kind.have + kSlack) {
+        demand.task_too_big = true;
+        report(role, kind.line(role), kind.key,
+               absl::StrCat("one ", role.name, " task needs ", kind.amount(each),
+                            ", this machine has ", kind.figure(kind.have)));
+      }
+    }
+    if (demand.first != nullptr && !demand.task_too_big && demand.total > kind.have + kSlack) {
+      report(*demand.first, kind.line(*demand.first), kind.key,
+             absl::StrCat("the job needs ", kind.amount(demand.total), " in total (",
+                          absl::StrJoin(demand.parts, " + "), "), this machine has ",
+                          kind.figure(kind.have)));
+    }
+  }
+  if (problems.empty()) return absl::OkStatus();
+  std::stable_sort(problems.begin(), problems.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> lines;
+  for (auto& p : problems) lines.push_back(std::move(p.second));
+  return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+}  // namespace shoal::spec

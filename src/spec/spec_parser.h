@@ -1,0 +1,32 @@
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "spec/inventory.h"
+#include "spec/job_spec.h"
+
+namespace shoal::spec {
+
+// Reads and validates the job file at `path`. Relative working_dir values are resolved against
+// the file's directory; messages and JobSpec::source_path name the file as `path` spells it.
+// Any problem, an unreadable file included, is an InvalidArgument whose message holds one line
+// per error found (all of them, not just the first) in the form
+//   job.yaml:7: roles.worker.instances: must be an integer >= 1, got 0
+// Nothing here throws.
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path);
+
+// Same, for a job file already in memory. `source_name` names it in messages and becomes
+// JobSpec::source_path; `base_dir` resolves relative working_dir values (itself resolved against
+// the current directory when relative; empty means the current directory).
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
+                                     const std::string& base_dir);
+
+// Refuses, with an InvalidArgument holding one line per problem, a job that can never fit
+// `machine`: one task asking for more CPUs, memory or GPUs than the machine has, or the totals
+// over all tasks (instances x per-task amount) above them. A total is only reported for a
+// resource where no single task is already too big, since fixing that task comes first.
+absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine);
+
+}  // namespace shoal::spec

@@ -1,0 +1,73 @@
+#include "master/placement.h"
+
+#include <gtest/gtest.h>
+
+namespace shoal::master {
+namespace {
+
+spec::JobSpec Job(uint32_t workers, double cpus, uint32_t gpus = 0, uint64_t memory = 0) {
+  spec::JobSpec job;
+  job.name = "j";
+  spec::Role r;
+  r.name = "worker";
+  r.instances = workers;
+  r.argv = {"true"};
+  r.resources.cpus = cpus;
+  r.resources.gpus = gpus;
+  r.resources.memory_bytes = memory;
+  job.roles.push_back(r);
+  job.success_roles = {"worker"};
+  return job;
+}
+
+backends::NodeGrant Node(const std::string& name, double cpus, std::vector<uint32_t> cores,
+                         std::vector<std::string> gpus = {}, uint64_t memory = 1ull << 40) {
+  return {name, "127.0.0.1", cpus, memory, std::move(cores), std::move(gpus)};
+}
+
+TEST(PlacementTest, PinsWholeCoreTasksToDistinctCores) {
+  auto job = Job(2, 1);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {0, 1})});
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ((*placed)[0].cores, std::vector<uint32_t>{0});
+  EXPECT_EQ((*placed)[1].cores, std::vector<uint32_t>{1});
+}
+
+TEST(PlacementTest, FractionalCpusAreNotPinned) {
+  auto job = Job(4, 0.5);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {0, 1})});
+  ASSERT_TRUE(placed.ok());
+  for (const auto& p : *placed) EXPECT_TRUE(p.cores.empty());
+}
+
+TEST(PlacementTest, HandsOutDistinctGpus) {
+  auto job = Job(2, 1, 1);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {0, 1}, {"0", "1"})});
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ((*placed)[0].gpus, std::vector<std::string>{"0"});
+  EXPECT_EQ((*placed)[1].gpus, std::vector<std::string>{"1"});
+}
+
+TEST(PlacementTest, SpreadsOverNodesWhenOneIsFull) {
+  auto job = Job(3, 1);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("a", 2, {}), Node("b", 2, {})});
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ((*placed)[0].node, "a");
+  EXPECT_EQ((*placed)[1].node, "a");
+  EXPECT_EQ((*placed)[2].node, "b");
+}
+
+TEST(PlacementTest, WholeGangOrNothingNamesTheTaskThatDoesNotFit) {
+  auto job = Job(3, 1, 1);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("a", 4, {}, {"0", "1"})});
+  ASSERT_FALSE(placed.ok());
+  EXPECT_NE(placed.status().message().find("worker:2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shoal::master

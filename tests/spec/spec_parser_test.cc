@@ -1,0 +1,988 @@
+#include "spec/spec_parser.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace shoal::spec {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Pair;
+
+constexpr char kBaseDir[] = "/jobs/demo";
+
+absl::StatusOr<JobSpec> Parse(const std::string& yaml) {
+  return ParseJobSpec(yaml, "job.yaml", kBaseDir);
+}
+
+// The refusal message for `yaml`, after checking that it is a refusal.
+std::string Refusal(const std::string& yaml) {
+  absl::StatusOr<JobSpec> spec = Parse(yaml);
+  EXPECT_FALSE(spec.ok()) << "accepted:\n" << yaml;
+  if (spec.ok()) return "";
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+std::vector<std::string> Lines(const std::string& message) {
+  return absl::StrSplit(message, '\n');
+}
+
+// A fresh directory under the test temp dir.
+std::filesystem::path MakeTempDir(const std::string& name) {
+  std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                              ("spec_parser_test_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void WriteText(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+constexpr char kFullExample[] = R"yaml(name: digits-ddp
+framework: pytorch
+success:
+  roles: [worker]
+roles:
+  ps:
+    command: python3 -m ps --port 0
+    untracked: true
+    resources: {cpus: 0.5}
+  worker:
+    instances: 2
+    command: ["python3", "train.py", "--epochs", "3"]
+    env: {OMP_NUM_THREADS: 1, DEBUG: true, RATE: 1.50, NAME: "x y"}
+    working_dir: ./src/../code
+    resources:
+      cpus: 2
+      memory: 2GiB
+      gpus: 1
+    untracked: false
+    depends_on: [ps]
+)yaml";
+
+TEST(SpecParserTest, ParsesFullExampleIntoExactStructs) {
+  absl::StatusOr<JobSpec> spec = Parse(kFullExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "digits-ddp");
+  EXPECT_EQ(spec->framework, Framework::kPyTorch);
+  EXPECT_EQ(spec->source_path, "job.yaml");
+  EXPECT_THAT(spec->success_roles, ElementsAre("worker"));
+  ASSERT_EQ(spec->roles.size(), 2u);
+
+  const Role& ps = spec->roles[0];
+  EXPECT_EQ(ps.name, "ps");
+  EXPECT_EQ(ps.line, 6);
+  EXPECT_EQ(ps.instances, 1u);
+  EXPECT_TRUE(ps.argv.empty());
+  EXPECT_EQ(ps.shell, "python3 -m ps --port 0");
+  EXPECT_TRUE(ps.env.empty());
+  EXPECT_EQ(ps.working_dir, "/jobs/demo");
+  EXPECT_DOUBLE_EQ(ps.resources.cpus, 0.5);
+  EXPECT_EQ(ps.resources.memory_bytes, 0u);
+  EXPECT_EQ(ps.resources.gpus, 0u);
+  EXPECT_TRUE(ps.untracked);
+  EXPECT_TRUE(ps.depends_on.empty());
+  EXPECT_EQ(ps.resource_lines.cpus, 9);
+  EXPECT_EQ(ps.resource_lines.memory, 0);
+
+  const Role& worker = spec->roles[1];
+  EXPECT_EQ(worker.name, "worker");
+  EXPECT_EQ(worker.line, 10);
+  EXPECT_EQ(worker.instances, 2u);
+  EXPECT_THAT(worker.argv, ElementsAre("python3", "train.py", "--epochs", "3"));
+  EXPECT_EQ(worker.shell, "");
+  EXPECT_THAT(worker.env, ElementsAre(Pair("DEBUG", "true"), Pair("NAME", "x y"),
+                                      Pair("OMP_NUM_THREADS", "1"), Pair("RATE", "1.50")));
+  EXPECT_EQ(worker.working_dir, "/jobs/demo/code");
+  EXPECT_DOUBLE_EQ(worker.resources.cpus, 2);
+  EXPECT_EQ(worker.resources.memory_bytes, 2ull << 30);
+  EXPECT_EQ(worker.resources.gpus, 1u);
+  EXPECT_FALSE(worker.untracked);
+  EXPECT_THAT(worker.depends_on, ElementsAre("ps"));
+  EXPECT_EQ(worker.resource_lines.cpus, 16);
+  EXPECT_EQ(worker.resource_lines.memory, 17);
+  EXPECT_EQ(worker.resource_lines.gpus, 18);
+  EXPECT_EQ(spec->TotalTasks(), 3u);
+}
+
+TEST(SpecParserTest, FillsDefaultsForOmittedOptionalKeys) {
+  absl::StatusOr<JobSpec> spec = Parse("name: j\nroles:\n  main:\n    command: [./run]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->framework, Framework::kNone);
+  const Role& role = spec->roles.at(0);
+  EXPECT_EQ(role.instances, 1u);
+  EXPECT_DOUBLE_EQ(role.resources.cpus, 1.0);
+  EXPECT_EQ(role.resources.memory_bytes, 0u);
+  EXPECT_EQ(role.resources.gpus, 0u);
+  EXPECT_FALSE(role.untracked);
+  EXPECT_EQ(role.working_dir, "/jobs/demo");
+  EXPECT_EQ(role.resource_lines.cpus, 0);
+}
+
+TEST(SpecParserTest, AcceptsFrameworkNoneExplicitly) {
+  absl::StatusOr<JobSpec> spec =
+      Parse("name: j\nframework: none\nroles:\n  main:\n    command: [./run]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->framework, Framework::kNone);
+}
+
+TEST(SpecParserTest, KeepsRoleOrderOfTheFile) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  zeta: {command: [a]}
+  alpha: {command: [b]}
+  mid: {command: [c]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> names;
+  for (const auto& r : spec->roles) names.push_back(r.name);
+  EXPECT_THAT(names, ElementsAre("zeta", "alpha", "mid"));
+  EXPECT_THAT(spec->success_roles, ElementsAre("zeta", "alpha", "mid"));
+}
+
+TEST(SpecParserTest, StoresCommandStringAsShellAndListAsArgv) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  a:
+    command: "echo $HOME && sleep 1"
+  b:
+    command:
+      - python3
+      - -c
+      - "print(1)"
+      - 3
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].shell, "echo $HOME && sleep 1");
+  EXPECT_TRUE(spec->roles[0].argv.empty());
+  EXPECT_THAT(spec->roles[1].argv, ElementsAre("python3", "-c", "print(1)", "3"));
+  EXPECT_EQ(spec->roles[1].shell, "");
+}
+
+TEST(SpecParserTest, ConvertsEnvNumbersAndBoolsToTheirText) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  a:
+    command: [x]
+    env:
+      THREADS: 4
+      RATE: 0.10
+      VERBOSE: false
+      QUOTED: "007"
+      EMPTY: ""
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->roles[0].env,
+              ElementsAre(Pair("EMPTY", ""), Pair("QUOTED", "007"), Pair("RATE", "0.10"),
+                          Pair("THREADS", "4"), Pair("VERBOSE", "false")));
+}
+
+TEST(SpecParserTest, ResolvesWorkingDirAgainstBaseDirAndKeepsAbsolutePaths) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  rel: {command: [x], working_dir: data/}
+  dot: {command: [x], working_dir: .}
+  up: {command: [x], working_dir: ../other}
+  abs: {command: [x], working_dir: /srv/train/}
+  none: {command: [x]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].working_dir, "/jobs/demo/data");
+  EXPECT_EQ(spec->roles[1].working_dir, "/jobs/demo");
+  EXPECT_EQ(spec->roles[2].working_dir, "/jobs/other");
+  EXPECT_EQ(spec->roles[3].working_dir, "/srv/train");
+  EXPECT_EQ(spec->roles[4].working_dir, "/jobs/demo");
+}
+
+TEST(SpecParserTest, ResolvesRelativeBaseDirAgainstCurrentDirectory) {
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("name: j\nroles:\n  a: {command: [x]}\n", "job.yaml", "sub");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].working_dir, (std::filesystem::current_path() / "sub").string());
+}
+
+TEST(SpecParserTest, SuccessDefaultsToChiefWhenAChiefRoleExists) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  worker: {command: [w], instances: 3}
+  chief: {command: [c]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->success_roles, ElementsAre("chief"));
+}
+
+TEST(SpecParserTest, SuccessDefaultsToEveryTrackedRoleWithoutChief) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  ps: {command: [p], untracked: true}
+  worker: {command: [w]}
+  evaluator: {command: [e]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->success_roles, ElementsAre("worker", "evaluator"));
+}
+
+TEST(SpecParserTest, SuccessRolesGivenExplicitlyOverrideTheChiefDefault) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+success:
+  roles: [worker, chief, worker]
+roles:
+  chief: {command: [c]}
+  worker: {command: [w]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->success_roles, ElementsAre("worker", "chief"));
+}
+
+TEST(SpecParserTest, UntrackedChiefDoesNotBecomeTheSuccessDefault) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  chief: {command: [c], untracked: true}
+  worker: {command: [w]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->success_roles, ElementsAre("worker"));
+}
+
+TEST(SpecParserTest, ParseJobSpecFileResolvesAgainstTheFilesDirectory) {
+  std::filesystem::path dir = MakeTempDir("file_ok");
+  WriteText(dir / "job.yaml", "name: j\nroles:\n  a: {command: [x], working_dir: out}\n");
+  std::string path = (dir / "job.yaml").string();
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->source_path, path);
+  EXPECT_EQ(spec->roles[0].working_dir, (dir / "out").lexically_normal().string());
+}
+
+TEST(SpecParserTest, ParseJobSpecFileNamesTheFileInErrors) {
+  std::filesystem::path dir = MakeTempDir("file_bad");
+  WriteText(dir / "bad.yaml", "name: j\nroles:\n  a: {command: [x], instances: 0}\n");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile((dir / "bad.yaml").string());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr((dir / "bad.yaml").string() + ":3: roles.a.instances:"));
+}
+
+// --- Unknown keys -------------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsUnknownTopLevelKeyListingAcceptedKeys) {
+  std::string msg = Refusal("name: j\nowner: me\nroles:\n  a: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:2: owner: unknown key;"));
+  EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles"));
+  EXPECT_THAT(msg, Not(HasSubstr("did you mean")));
+}
+
+TEST(SpecParserTest, RejectsMisspelledRoleKeySuggestingTheClosest) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [x]
+    instnaces: 2
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.worker.instnaces: unknown key; did you mean "
+                             "'instances'? accepted keys: instances, command, env, working_dir, "
+                             "resources, untracked, depends_on"));
+}
+
+TEST(SpecParserTest, RejectsUnknownResourcesKeySuggestingTheClosest) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [x]
+    resources:
+      cpu: 2
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:6: roles.worker.resources.cpu: unknown key; did you mean "
+                             "'cpus'? accepted keys: cpus, memory, gpus"));
+}
+
+TEST(SpecParserTest, RejectsUnknownSuccessKeySuggestingTheClosest) {
+  std::string msg = Refusal("name: j\nsuccess:\n  role: [a]\nroles:\n  a: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: success.role: unknown key; did you mean 'roles'? "
+                             "accepted keys: roles"));
+}
+
+TEST(SpecParserTest, SuggestsTopLevelKeyDespiteCase) {
+  std::string msg = Refusal("Name: j\nroles:\n  a: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:1: Name: unknown key; did you mean 'name'?"));
+}
+
+TEST(SpecParserTest, RejectsNonTextKey) {
+  std::string msg = Refusal("name: j\nroles:\n  a:\n    ? [x, y]\n    : 1\n    command: [x]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.a: keys must be plain names, got a list"));
+}
+
+// --- Wrong types and values ---------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsZeroInstancesNamingLineAndKey) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [x]
+    instances: 0
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:5: roles.worker.instances: must be an integer >= 1, got 0");
+}
+
+TEST(SpecParserTest, RejectsNegativeInstances) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], instances: -3}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w.instances: must be an integer >= 1, got -3"));
+}
+
+TEST(SpecParserTest, RejectsFractionalInstances) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], instances: 2.5}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w.instances: must be an integer >= 1, got 2.5"));
+}
+
+TEST(SpecParserTest, RejectsInstancesGivenAsWords) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], instances: \"two\"}\n");
+  EXPECT_THAT(msg,
+              HasSubstr("job.yaml:3: roles.w.instances: must be an integer >= 1, got 'two'"));
+}
+
+TEST(SpecParserTest, RejectsAbsurdlyManyInstances) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], instances: 99999999999}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w.instances: must be at most 100000"));
+}
+
+TEST(SpecParserTest, RejectsEnvGivenAsList) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    env: [a]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.env: must be a map of NAME: value, e.g. "
+                             "{OMP_NUM_THREADS: \"1\"}, got a list"));
+}
+
+TEST(SpecParserTest, RejectsEnvValueThatIsAListOrMissing) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  w:
+    command: [x]
+    env:
+      PATHS: [a, b]
+      NOTHING:
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:6: roles.w.env.PATHS: must be a string, number or bool"));
+  EXPECT_THAT(msg, HasSubstr("job.yaml:7: roles.w.env.NOTHING: must be a string, number or bool "
+                             "(write \"\" for an empty value), got nothing"));
+}
+
+TEST(SpecParserTest, RejectsInvalidEnvName) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    env: {A=B: 1}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.env.A=B: variable names must hold only "
+                             "letters, digits and '_'"));
+}
+
+TEST(SpecParserTest, RejectsNumberAsCommand) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: 5\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.w.command: must be a non-empty list of strings "
+                             "(argv), e.g. [python3, train.py], or a non-empty string run by "
+                             "/bin/sh -c, got 5"));
+}
+
+TEST(SpecParserTest, RejectsCommandAsMap) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: {run: x}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.w.command: must be a non-empty list of strings"));
+  EXPECT_THAT(msg, HasSubstr("got a map"));
+}
+
+TEST(SpecParserTest, RejectsCommandListHoldingAListNamingTheItem) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command:\n      - python3\n      - [a]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:6: roles.w.command[1]: must be a string, got a list"));
+}
+
+TEST(SpecParserTest, RejectsEmptyProgramName) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [\"\", x]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.w.command[0]: the program must not be empty"));
+}
+
+TEST(SpecParserTest, RejectsNonNumericCpus) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  w:
+    command: [x]
+    resources:
+      cpus: lots
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:6: roles.w.resources.cpus: must be a number > 0 "
+                             "(fractions allowed, e.g. 0.5 or 4), got 'lots'"));
+}
+
+TEST(SpecParserTest, RejectsZeroAndInfiniteCpus) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  a: {command: [x], resources: {cpus: 0}}
+  b: {command: [x], resources: {cpus: .inf}}
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.a.resources.cpus: must be a number > 0"));
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.b.resources.cpus: must be a number > 0"));
+}
+
+TEST(SpecParserTest, RejectsNonBoolUntracked) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    untracked: maybe\n");
+  EXPECT_THAT(msg,
+              HasSubstr("job.yaml:5: roles.w.untracked: must be true or false, got 'maybe'"));
+}
+
+TEST(SpecParserTest, RejectsMalformedMemorySize) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [x]
+    resources:
+      cpus: 1
+      memory: 2GB?
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:7: roles.worker.resources.memory: '2GB?' is not a size; "
+                             "expected a number with an optional unit, e.g. 512MiB, 2GiB, 1.5G, "
+                             "4GB"));
+}
+
+TEST(SpecParserTest, RejectsMemoryGivenAsList) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], resources: {memory: [1]}}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w.resources.memory: must be a size, e.g. 512MiB"));
+}
+
+TEST(SpecParserTest, RejectsNegativeOrFractionalGpus) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  a: {command: [x], resources: {gpus: -1}}
+  b: {command: [x], resources: {gpus: 0.5}}
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.a.resources.gpus: must be an integer >= 0, got -1"));
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.b.resources.gpus: must be an integer >= 0, got 0.5"));
+}
+
+TEST(SpecParserTest, RejectsResourcesThatAreNotAMap) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    resources: 4\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.resources: must be a map with cpus, memory "
+                             "and/or gpus"));
+}
+
+TEST(SpecParserTest, RejectsTildeInWorkingDir) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    working_dir: ~/data\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.working_dir: '~' is not expanded; must be a "
+                             "directory path"));
+}
+
+TEST(SpecParserTest, RejectsRoleThatIsNotAMap) {
+  std::string msg = Refusal("name: j\nroles:\n  worker: python3 train.py\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.worker: must be a map with at least 'command', "
+                             "e.g. {command: [python3, train.py]}, got 'python3 train.py'"));
+}
+
+TEST(SpecParserTest, RejectsDependsOnThatIsNotAList) {
+  std::string msg = Refusal("name: j\nroles:\n  ps: {command: [x]}\n  w: {command: [x], depends_on: ps}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.w.depends_on: must be a list of role names, e.g. "
+                             "[ps], got 'ps'"));
+}
+
+// --- Missing or empty ---------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsMissingCommand) {
+  std::string msg = Refusal("name: j\nroles:\n  worker:\n    instances: 2\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.worker.command: required; expected a non-empty "
+                             "list of strings (argv)"));
+}
+
+TEST(SpecParserTest, RejectsEmptyCommandList) {
+  std::string msg = Refusal("name: j\nroles:\n  worker:\n    command: []\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.worker.command: must not be empty; expected a "
+                             "non-empty list of strings (argv)"));
+}
+
+TEST(SpecParserTest, RejectsEmptyCommandString) {
+  std::string msg = Refusal("name: j\nroles:\n  worker:\n    command: \"  \"\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.worker.command: must not be empty; expected"));
+}
+
+TEST(SpecParserTest, RejectsNullCommand) {
+  std::string msg = Refusal("name: j\nroles:\n  worker:\n    command:\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.worker.command: must be a non-empty list"));
+  EXPECT_THAT(msg, HasSubstr("got nothing"));
+}
+
+TEST(SpecParserTest, RejectsMissingRoles) {
+  std::string msg = Refusal("name: j\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:1: roles: required; expected a map of role name to role"));
+}
+
+TEST(SpecParserTest, RejectsEmptyRoles) {
+  EXPECT_THAT(Refusal("name: j\nroles: {}\n"),
+              HasSubstr("job.yaml:2: roles: must define at least one role"));
+  EXPECT_THAT(Refusal("name: j\nroles:\n"),
+              HasSubstr("job.yaml:2: roles: must define at least one role"));
+}
+
+TEST(SpecParserTest, RejectsRolesGivenAsList) {
+  EXPECT_THAT(Refusal("name: j\nroles: [worker]\n"),
+              HasSubstr("job.yaml:2: roles: must be a map of role name to role, got a list"));
+}
+
+TEST(SpecParserTest, RejectsMissingName) {
+  std::string msg = Refusal("roles:\n  a: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:1: name: required; expected a job name such as digits-ddp"));
+}
+
+TEST(SpecParserTest, RejectsNameWithSpacesOrTooLong) {
+  EXPECT_THAT(Refusal("name: my job\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:1: name: must be a name of letters, digits, '.', '_' and '-' "
+                        "that starts with a letter or digit, at most 63 characters, e.g. "
+                        "digits-ddp, got 'my job'"));
+  EXPECT_THAT(Refusal("name: " + std::string(64, 'a') + "\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:1: name: must be"));
+  EXPECT_TRUE(Parse("name: " + std::string(63, 'a') + "\nroles:\n  a: {command: [x]}\n").ok());
+}
+
+TEST(SpecParserTest, RejectsInvalidRoleName) {
+  std::string msg = Refusal("name: j\nroles:\n  9lives: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.9lives: role names must start with a letter and "
+                             "hold only letters, digits, '_' and '-'"));
+}
+
+TEST(SpecParserTest, RejectsEmptyFile) {
+  EXPECT_EQ(Refusal(""),
+            "job.yaml:1: the job file holds no job; expected a map with at least 'name' and "
+            "'roles'");
+  EXPECT_THAT(Refusal("# only a comment\n"), HasSubstr("job.yaml:1: the job file holds no job"));
+  EXPECT_THAT(Refusal("~\n"), HasSubstr("job.yaml:1: the job file holds no job"));
+}
+
+// yaml-cpp 0.7's LoadAll never returns on a lone ',' (jbeder/yaml-cpp#1040): it fills memory
+// with null documents until the process is killed.
+TEST(SpecParserTest, RejectsLoneCommaWithoutRunningOutOfMemoryYamlCpp1040) {
+  EXPECT_THAT(Refusal(","), HasSubstr("job.yaml:1: the job file holds no job"));
+  EXPECT_THAT(Refusal("- a\n,\n"), HasSubstr("job.yaml:1: the job file must be a map"));
+  EXPECT_FALSE(Parse("name: j\nroles:\n  a: {command: [x]}\n---\n,\n---\nname: k\n").ok());
+}
+
+TEST(SpecParserTest, RejectsTopLevelList) {
+  EXPECT_THAT(Refusal("- name: j\n"),
+              HasSubstr("job.yaml:1: the job file must be a map with the keys name, framework, "
+                        "success, roles; got a list"));
+}
+
+TEST(SpecParserTest, RejectsSeveralYamlDocuments) {
+  std::string msg = Refusal("name: j\nroles:\n  a: {command: [x]}\n---\nname: k\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: the job file holds more than one YAML document"));
+}
+
+// --- Duplicates ---------------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsDuplicateRoleNamingBothLines) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [a]
+  ps:
+    command: [p]
+  worker:
+    command: [b]
+)yaml");
+  EXPECT_EQ(msg,
+            "job.yaml:7: roles.worker: role defined twice, at lines 3 and 7; role names must be "
+            "unique");
+}
+
+TEST(SpecParserTest, RejectsDuplicateKeyInsideRole) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [a]\n    command: [b]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.command: given twice, at lines 4 and 5"));
+}
+
+TEST(SpecParserTest, RejectsDuplicateTopLevelKey) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [a]}\nname: k\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: name: given twice, at lines 1 and 4"));
+}
+
+// --- Dependencies -------------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsDependencyOnUnknownRole) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  worker:
+    command: [x]
+    depends_on: [ps]
+  chief:
+    command: [x]
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:5: roles.worker.depends_on: 'ps' is not a role of this job; roles "
+                 "are: worker, chief");
+}
+
+TEST(SpecParserTest, RejectsRoleDependingOnItself) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    depends_on: [w]\n");
+  EXPECT_EQ(msg, "job.yaml:5: roles.w.depends_on: role 'w' cannot depend on itself");
+}
+
+TEST(SpecParserTest, RejectsDependencyCycleOnce) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  a:
+    command: [x]
+    depends_on: [b]
+  b:
+    command: [x]
+    depends_on: [c]
+  c:
+    command: [x]
+    depends_on: [a]
+  d:
+    command: [x]
+    depends_on: [a]
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:5: roles.a.depends_on: roles depend on each other in a cycle "
+                 "(a -> b -> c -> a), so none of them could ever start");
+}
+
+TEST(SpecParserTest, AcceptsDiamondDependencies) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  top: {command: [x]}
+  left: {command: [x], depends_on: [top]}
+  right: {command: [x], depends_on: [top]}
+  bottom: {command: [x], depends_on: [left, right, left]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->roles[3].depends_on, ElementsAre("left", "right"));
+}
+
+TEST(SpecParserTest, SurvivesAVeryLongDependencyChain) {
+  std::string yaml = "name: j\nroles:\n";
+  for (int i = 0; i < 5000; ++i) {
+    yaml += "  r" + std::to_string(i) + ": {command: [x]" +
+            (i > 0 ? ", depends_on: [r" + std::to_string(i - 1) + "]" : std::string()) + "}\n";
+  }
+  absl::StatusOr<JobSpec> spec = Parse(yaml);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles.size(), 5000u);
+}
+
+// --- Success ------------------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsSuccessRoleThatDoesNotExist) {
+  std::string msg = Refusal(R"yaml(name: j
+success:
+  roles: [chief]
+roles:
+  worker: {command: [x]}
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:3: success.roles: 'chief' is not a role of this job; roles are: worker");
+}
+
+TEST(SpecParserTest, RejectsUntrackedSuccessRole) {
+  std::string msg = Refusal(R"yaml(name: j
+success:
+  roles:
+    - ps
+roles:
+  ps: {command: [x], untracked: true}
+  worker: {command: [x]}
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:4: success.roles: 'ps' is untracked, so it cannot decide success; "
+                 "tracked roles are: worker");
+}
+
+TEST(SpecParserTest, RejectsEmptySuccessRoles) {
+  std::string msg = Refusal("name: j\nsuccess:\n  roles: []\nroles:\n  w: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: success.roles: must name at least one role"));
+}
+
+TEST(SpecParserTest, RejectsJobWhoseRolesAreAllUntracked) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  a: {command: [x], untracked: true}
+  b: {command: [x], untracked: true}
+)yaml");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:2: roles: every role is untracked, so nothing could "
+                             "decide whether the job succeeded"));
+}
+
+// --- Framework ----------------------------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsUnsupportedFrameworkListingAcceptedValues) {
+  for (const char* name : {"tensorflow", "horovod", "paddle", "jax", "mpi"}) {
+    std::string msg =
+        Refusal(std::string("name: j\nframework: ") + name + "\nroles:\n  a: {command: [x]}\n");
+    EXPECT_EQ(msg, std::string("job.yaml:2: framework: '") + name +
+                       "' is not supported yet; accepted values: none, pytorch");
+  }
+}
+
+TEST(SpecParserTest, RejectsUnknownFrameworkSuggestingTheClosest) {
+  std::string msg = Refusal("name: j\nframework: pytroch\nroles:\n  a: {command: [x]}\n");
+  EXPECT_EQ(msg, "job.yaml:2: framework: unknown framework 'pytroch'; did you mean 'pytorch'? "
+                 "accepted values: none, pytorch");
+}
+
+// --- YAML and files -----------------------------------------------------------------------------
+
+TEST(SpecParserTest, ReportsYamlSyntaxErrorWithLineAndColumn) {
+  std::string msg = Refusal("name: j\nroles:\n  a: {command: [x, y}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3:"));
+  EXPECT_THAT(msg, HasSubstr("invalid YAML: "));
+}
+
+TEST(SpecParserTest, ReportsUndefinedAliasAsYamlError) {
+  EXPECT_THAT(Refusal("name: *nope\n"), HasSubstr("job.yaml:1:7: invalid YAML: "));
+}
+
+TEST(SpecParserTest, RejectsMissingFileNamingThePath) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile("/nonexistent/dir/job.yaml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(),
+            "/nonexistent/dir/job.yaml: cannot read the job file: No such file or directory");
+}
+
+TEST(SpecParserTest, RejectsDirectoryGivenAsJobFile) {
+  std::filesystem::path dir = MakeTempDir("a_dir");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile(dir.string());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              AllOf(HasSubstr(dir.string()), HasSubstr("not a regular file")));
+}
+
+TEST(SpecParserTest, RejectsUnreadableFileNamingThePath) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
+  std::filesystem::path dir = MakeTempDir("unreadable");
+  WriteText(dir / "job.yaml", "name: j\n");
+  std::filesystem::permissions(dir / "job.yaml", std::filesystem::perms::none);
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile((dir / "job.yaml").string());
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(),
+              AllOf(HasSubstr((dir / "job.yaml").string()), HasSubstr("Permission denied")));
+}
+
+// --- All errors at once -------------------------------------------------------------------------
+
+TEST(SpecParserTest, ReportsEveryErrorInFileOrder) {
+  std::string msg = Refusal(R"yaml(name: bad name
+framework: jax
+roles:
+  worker:
+    instances: 0
+    command: []
+    resources: {cpus: lots, gpu: 1, memory: "2GB?"}
+    depends_on: [ghost]
+  ps:
+    untracked: maybe
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre(HasSubstr("job.yaml:1: name: must be"),
+                          HasSubstr("job.yaml:2: framework: 'jax' is not supported yet"),
+                          HasSubstr("job.yaml:5: roles.worker.instances: must be an integer"),
+                          HasSubstr("job.yaml:6: roles.worker.command: must not be empty"),
+                          HasSubstr("job.yaml:7: roles.worker.resources.gpu: unknown key"),
+                          HasSubstr("job.yaml:7: roles.worker.resources.cpus: must be a number"),
+                          HasSubstr("job.yaml:7: roles.worker.resources.memory: '2GB?'"),
+                          HasSubstr("job.yaml:8: roles.worker.depends_on: 'ghost'"),
+                          HasSubstr("job.yaml:9: roles.ps.command: required"),
+                          HasSubstr("job.yaml:10: roles.ps.untracked: must be true or false")));
+}
+
+// --- CheckFitsMachine ---------------------------------------------------------------------------
+
+MachineInventory SmallMachine() {
+  MachineInventory m;
+  m.hostname = "box";
+  m.cpus = 2;
+  m.memory_bytes = 8ull << 30;
+  m.gpus = {"0", "1"};
+  return m;
+}
+
+Role MakeRole(const std::string& name, uint32_t instances, double cpus, uint64_t memory,
+              uint32_t gpus, int line) {
+  Role r;
+  r.name = name;
+  r.instances = instances;
+  r.argv = {"x"};
+  r.resources = {cpus, memory, gpus};
+  r.line = line;
+  return r;
+}
+
+JobSpec MakeSpec(std::vector<Role> roles) {
+  JobSpec spec;
+  spec.name = "j";
+  spec.source_path = "job.yaml";
+  spec.roles = std::move(roles);
+  return spec;
+}
+
+TEST(CheckFitsMachineTest, AcceptsJobThatFitsExactly) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 2, 1, 4ull << 30, 1, 5)});
+  EXPECT_TRUE(CheckFitsMachine(spec, SmallMachine()).ok());
+}
+
+TEST(CheckFitsMachineTest, SumsFractionalCpusWithoutRoundingErrors) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 10, 0.1, 0, 0, 5), MakeRole("ps", 1, 1, 0, 0, 9)});
+  EXPECT_TRUE(CheckFitsMachine(spec, SmallMachine()).ok());
+}
+
+TEST(CheckFitsMachineTest, RejectsTotalCpusAboveTheMachineWithBreakdown) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 32, 2, 0, 0, 5)});
+  MachineInventory machine = SmallMachine();
+  machine.cpus = 2;
+  absl::Status st = CheckFitsMachine(spec, machine);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "job.yaml:5: roles.worker.resources.cpus: the job needs 64 CPUs in total (32 x worker "
+            "at 2), this machine has 2");
+}
+
+TEST(CheckFitsMachineTest, NamesEveryContributingRoleAndPointsAtTheResourceKey) {
+  JobSpec spec = MakeSpec({MakeRole("ps", 1, 0.5, 0, 0, 3), MakeRole("worker", 3, 1, 0, 0, 6)});
+  spec.roles[0].resource_lines.cpus = 4;
+  absl::Status st = CheckFitsMachine(spec, SmallMachine());
+  EXPECT_EQ(st.message(),
+            "job.yaml:4: roles.ps.resources.cpus: the job needs 3.5 CPUs in total (1 x ps at 0.5 "
+            "+ 3 x worker at 1), this machine has 2");
+}
+
+TEST(CheckFitsMachineTest, RejectsTotalMemoryAboveTheMachine) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 2, 1, 6ull << 30, 0, 5)});
+  spec.roles[0].resource_lines.memory = 8;
+  absl::Status st = CheckFitsMachine(spec, SmallMachine());
+  EXPECT_EQ(st.message(),
+            "job.yaml:8: roles.worker.resources.memory: the job needs 12GiB of memory in total "
+            "(2 x worker at 6GiB), this machine has 8GiB");
+}
+
+TEST(CheckFitsMachineTest, RejectsGpusOnAMachineWithoutGpus) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 2, 1, 0, 1, 5)});
+  MachineInventory machine = SmallMachine();
+  machine.gpus.clear();
+  absl::Status st = CheckFitsMachine(spec, machine);
+  EXPECT_EQ(st.message(),
+            "job.yaml:5: roles.worker.resources.gpus: one worker task needs 1 GPU, this machine "
+            "has 0");
+}
+
+TEST(CheckFitsMachineTest, RejectsTotalGpusAboveTheMachine) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 3, 0.5, 0, 1, 5)});
+  absl::Status st = CheckFitsMachine(spec, SmallMachine());
+  EXPECT_EQ(st.message(),
+            "job.yaml:5: roles.worker.resources.gpus: the job needs 3 GPUs in total (3 x worker "
+            "at 1), this machine has 2");
+}
+
+TEST(CheckFitsMachineTest, RejectsSingleTaskLargerThanTheMachineWithoutRepeatingTheTotal) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 4, 3, 0, 0, 5)});
+  spec.roles[0].resource_lines.cpus = 7;
+  absl::Status st = CheckFitsMachine(spec, SmallMachine());
+  EXPECT_EQ(st.message(),
+            "job.yaml:7: roles.worker.resources.cpus: one worker task needs 3 CPUs, this machine "
+            "has 2");
+}
+
+TEST(CheckFitsMachineTest, ReportsEveryResourceThatDoesNotFit) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 4, 1, 4ull << 30, 1, 5)});
+  absl::Status st = CheckFitsMachine(spec, SmallMachine());
+  EXPECT_THAT(Lines(std::string(st.message())),
+              ElementsAre(HasSubstr("resources.cpus: the job needs 4 CPUs"),
+                          HasSubstr("resources.memory: the job needs 16GiB of memory"),
+                          HasSubstr("resources.gpus: the job needs 4 GPUs")));
+}
+
+TEST(CheckFitsMachineTest, WorksOnParsedSpecs) {
+  absl::StatusOr<JobSpec> spec = Parse(kFullExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MachineInventory machine = SmallMachine();
+  machine.cpus = 4.5;
+  EXPECT_TRUE(CheckFitsMachine(*spec, machine).ok());
+  machine.cpus = 4;
+  EXPECT_EQ(CheckFitsMachine(*spec, machine).message(),
+            "job.yaml:9: roles.ps.resources.cpus: the job needs 4.5 CPUs in total (1 x ps at 0.5 "
+            "+ 2 x worker at 2), this machine has 4");
+}
+
+TEST(CheckFitsMachineTest, OmitsTheLineForHandBuiltSpecs) {
+  JobSpec spec = MakeSpec({MakeRole("worker", 1, 8, 0, 0, 0)});
+  spec.source_path = "";
+  EXPECT_EQ(CheckFitsMachine(spec, SmallMachine()).message(),
+            "job: roles.worker.resources.cpus: one worker task needs 8 CPUs, this machine has 2");
+}
+
+// --- Robustness ---------------------------------------------------------------------------------
+
+// Feeds random and mutated documents; the only claim is that the parser returns, whatever it says.
+TEST(SpecParserFuzzTest, ReturnsForRandomAndMutatedDocuments) {
+  std::mt19937 rng(20240611);
+  const std::string seeds[] = {
+      kFullExample,
+      "name: j\nroles:\n  a: {command: [x], depends_on: [b]}\n  b: {command: y, depends_on: [a]}\n",
+      "name: j\nsuccess: {roles: [a]}\nroles:\n  a: &r {command: [x], env: {A: 1}}\n  b: *r\n",
+  };
+  const std::string alphabet = "abcxyz019 :-[]{},&*!|>'\"#?%@`\n\t.~";
+  auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  int returned = 0;
+  for (int round = 0; round < 200; ++round) {
+    std::string doc;
+    if (round % 4 == 0) {
+      // Pure noise.
+      size_t len = pick(200);
+      for (size_t i = 0; i < len; ++i) doc += alphabet[pick(alphabet.size())];
+    } else {
+      doc = seeds[pick(std::size(seeds))];
+      size_t edits = 1 + pick(8);
+      for (size_t e = 0; e < edits && !doc.empty(); ++e) {
+        size_t at = pick(doc.size());
+        switch (pick(5)) {
+          case 0:
+            doc.erase(at, 1);
+            break;
+          case 1:
+            doc.insert(at, 1, alphabet[pick(alphabet.size())]);
+            break;
+          case 2:
+            doc[at] = alphabet[pick(alphabet.size())];
+            break;
+          case 3: {  // duplicate a slice, e.g. a whole line
+            size_t len = 1 + pick(40);
+            doc.insert(at, doc.substr(at, len));
+            break;
+          }
+          case 4: {  // cut a slice
+            doc.erase(at, 1 + pick(20));
+            break;
+          }
+        }
+      }
+    }
+    absl::StatusOr<JobSpec> spec = ParseJobSpec(doc, "fuzz.yaml", "/tmp");
+    if (spec.ok()) {
+      (void)CheckFitsMachine(*spec, SmallMachine());
+    } else {
+      EXPECT_FALSE(spec.status().message().empty()) << doc;
+    }
+    ++returned;
+  }
+  EXPECT_EQ(returned, 200);
+}
+
+TEST(SpecParserFuzzTest, ReturnsForDeeplyNestedDocuments) {
+  std::string deep = "name: j\nroles: " + std::string(100000, '[');
+  EXPECT_FALSE(Parse(deep).ok());
+  std::string deep_maps = "name: j\nroles:\n  a:\n    command: [x]\n    env: ";
+  for (int i = 0; i < 5000; ++i) deep_maps += "{a: ";
+  EXPECT_FALSE(Parse(deep_maps).ok());
+}
+
+}  // namespace
+}  // namespace shoal::spec
