@@ -317,6 +317,13 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
         RequestStop();
       }
       break;
+    case v1::MasterMessage::kCluster:
+      // Written before any launch of this rendezvous arrives: the stream keeps order.
+      if (auto st = WriteFileAtomically(options_.work_dir + "/cluster.json", message.cluster().json());
+          !st.ok()) {
+        spdlog::error("cannot write the cluster spec: {}", st.ToString());
+      }
+      break;
     case v1::MasterMessage::kLaunch:
       Launch(message);
       break;
@@ -380,11 +387,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
     Send(reply);
   };
   if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
-  std::string cluster_file = task_dir + "/cluster.json";
-  if (auto st = WriteFileAtomically(cluster_file, l.cluster_spec_json()); !st.ok()) {
-    return fail(std::string(st.message()));
-  }
-  spec.env["SHOAL_CLUSTER_SPEC_FILE"] = cluster_file;
+  spec.env["SHOAL_CLUSTER_SPEC_FILE"] = options_.work_dir + "/cluster.json";
   {
     std::lock_guard<std::mutex> lock(mu_);
     starting_.insert(key);

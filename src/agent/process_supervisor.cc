@@ -49,10 +49,11 @@ std::string DefaultInstanceId() {
   return absl::StrCat(::getpid(), "-", counter.fetch_add(1));
 }
 
+// A single path component that cannot escape its parent directory.
 bool IsDirName(const std::string& s) {
-  if (s.empty() || s == "." || s == "..") return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  if (s.empty() || s.size() > 200 || s == "." || s == "..") return false;
+  return std::none_of(s.begin(), s.end(), [](char c) {
+    return c == '/' || absl::ascii_iscntrl(static_cast<unsigned char>(c));
   });
 }
 
@@ -129,7 +130,7 @@ absl::StatusOr<std::unique_ptr<ProcessSupervisor>> ProcessSupervisor::Create(
   if (!IsDirName(options.instance_id) || !IsDirName(options.cgroup_name)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "instance_id '", options.instance_id, "' and cgroup_name '", options.cgroup_name,
-        "' must be non-empty and use only letters, digits, '.', '_' and '-'"));
+        "' must each be one directory name: no '/', no control characters, not '.' or '..'"));
   }
   struct sigaction chld;
   if (::sigaction(SIGCHLD, nullptr, &chld) == 0 &&
@@ -202,7 +203,9 @@ ProcessSupervisor::~ProcessSupervisor() {
     }
     if (process->cgroup) {
       absl::Status status = process->cgroup->KillAndRemove(deadline);
-      if (!status.ok()) spdlog::warn("process '{}': {}", process->key, std::string(status.message()));
+      if (!status.ok()) {
+        spdlog::warn("process '{}': {}", process->key, std::string(status.message()));
+      }
     }
   }
   processes_.clear();
@@ -264,6 +267,9 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
                          [cgroup](pid_t pid) {
                            return cgroup != nullptr ? cgroup->AddProcess(pid) : absl::OkStatus();
                          });
+      // Closed before the next launch can fork, so that no sibling holds them even briefly.
+      stdout_writer.Reset();
+      stderr_writer.Reset();
     }
     if (!child.ok()) return child.status();
     process->pid = child->pid;
@@ -296,6 +302,9 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
       // Without its pidfd in the loop the process would never be reported: undo the launch.
       absl::Status error = ErrnoStatus(absl::StrCat("launch '", spec.key, "': epoll_ctl"), errno);
+      for (int registered : {p.pidfd.get(), p.stdout_pipe.get(), p.stderr_pipe.get()}) {
+        ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, registered, nullptr);
+      }
       KillNow(p);
       Reap(p.pid);
       p.reaped = true;

@@ -27,7 +27,7 @@ struct SupervisorOptions {
   // cgroups are created under <hierarchy>/<agent's own cgroup>/<cgroup_name>/<instance_id>/<task>
   // (see ResourceLimits). Default: "shoal".
   std::string cgroup_name = "shoal";
-  // Unique per agent on a machine; letters, digits, '.', '_', '-'. Default (empty): derived from
+  // Unique per agent on a machine; one directory name (no '/'). Default (empty): derived from
   // getpid() plus a per-process counter.
   std::string instance_id;
   // Where cgroup hierarchies are mounted. Default: /sys/fs/cgroup. Tests point it at a plain
@@ -46,7 +46,8 @@ struct SupervisorCallbacks {
   // the spec's file. Chunks of one stream arrive in order.
   std::function<void(const std::string& key, OutputStream, std::string_view data)> on_output;
   // Exactly once per process whose Launch succeeded, after all of its output was delivered.
-  // By then the key is free again and LiveCount no longer counts it.
+  // By then the key is free again and LiveCount no longer counts it. A process that dies at
+  // once may be reported before Launch has returned its pid to the caller.
   std::function<void(const std::string& key, const ProcessExit&)> on_exit;
   // One-line facts for an operator, e.g. once after Create: "memory limits are advisory: no
   // writable memory cgroup (v2 or v1): ...".

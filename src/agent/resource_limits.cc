@@ -163,7 +163,8 @@ std::unique_ptr<ResourceLimits> ResourceLimits::Detect(const Options& options) {
     if (limits->tracking_) break;
     std::string mount = absl::StrCat(options.cgroup_root, "/", controller);
     if (!cgroup_fs::IsCgroupV1(mount)) {
-      tracking_reasons.push_back(absl::StrCat("no cgroup v1 ", controller, " hierarchy at ", mount));
+      tracking_reasons.push_back(
+          absl::StrCat("no cgroup v1 ", controller, " hierarchy at ", mount));
       continue;
     }
     for (const std::string& parent : CandidateParents(mount, self.v1[controller])) {

@@ -84,6 +84,13 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary)
   options.listen_host = submit.value("listen_host", "127.0.0.1");
   options.token = std::string(absl::StripAsciiWhitespace(*token));
   options.shoal_binary = shoal_binary;
+  // Tunables for operators and tests; documented in docs/configuration.md.
+  if (const char* grace = std::getenv("SHOAL_AGENT_MASTER_GRACE_MS")) {
+    options.agent_master_grace_ms = static_cast<uint32_t>(std::strtoul(grace, nullptr, 10));
+  }
+  if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
+    options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
+  }
   auto master = master::Master::Create(std::move(options),
                                        std::make_unique<backends::LocalBackend>(local));
   if (!master.ok()) {
@@ -115,6 +122,9 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.ports = flags.ports;
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
+  if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
+    options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
+  }
   auto agent = agent::Agent::Create(std::move(options));
   if (!agent.ok()) {
     spdlog::error("cannot start the agent: {}", std::string(agent.status().message()));

@@ -42,8 +42,8 @@ void AddShoalVariables(const spec::JobSpec& job, const ClusterPlan& plan, const 
 void AddTorchrunVariables(const spec::JobSpec& job, const ClusterPlan& plan,
                           const TaskPlacement& task, Environment& env) {
   const TaskPlacement& rank0 = plan.tasks.front();
-  uint32_t role_world = 0;
-  for (const auto& t : plan.tasks) role_world += (t.role == task.role);
+  const spec::Role* role = job.FindRole(task.role);
+  uint32_t role_world = role ? role->instances : 1;
   env["MASTER_ADDR"] = rank0.address;
   env["MASTER_PORT"] = std::to_string(rank0.port);
   env["RANK"] = std::to_string(task.global_rank);
@@ -86,7 +86,7 @@ Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& pl
   return env;
 }
 
-std::string ClusterSpecJson(const ClusterPlan& plan, const TaskPlacement& task) {
+std::string ClusterSpecJson(const ClusterPlan& plan) {
   nlohmann::ordered_json cluster = nlohmann::ordered_json::object();
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const auto& t : plan.tasks) {
@@ -98,7 +98,6 @@ std::string ClusterSpecJson(const ClusterPlan& plan, const TaskPlacement& task) 
       {"job_id", plan.job_id},
       {"restart_count", plan.restart_count},
       {"cluster", cluster},
-      {"task", {{"type", task.role}, {"index", task.index}, {"rank", task.global_rank}}},
       {"tasks", ranks},
   };
   return doc.dump(2);

@@ -17,8 +17,9 @@ using Environment = std::map<std::string, std::string>;
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
                                  const TaskPlacement& task);
 
-// {"cluster": {role: ["host:port", ...]}, "task": {...}, "job_id": ...} as JSON text; written by
-// the agent to a file whose path is in SHOAL_CLUSTER_SPEC_FILE.
-std::string ClusterSpecJson(const ClusterPlan& plan, const TaskPlacement& task);
+// {"job_id", "restart_count", "cluster": {role: ["host:port", ...]}, "tasks": [...]} as JSON
+// text, the same for every task; the agent writes it to the file named in
+// SHOAL_CLUSTER_SPEC_FILE. A task finds itself by SHOAL_ROLE and SHOAL_INDEX.
+std::string ClusterSpecJson(const ClusterPlan& plan);
 
 }  // namespace shoal::frameworks

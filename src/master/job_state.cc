@@ -62,6 +62,7 @@ JobState::JobState(const spec::JobSpec& spec) {
     if (std::find(order.begin(), order.end(), &r) == order.end()) order.push_back(&r);
   }
   uint32_t rank = 0;
+  for (const auto& r : spec.roles) role_not_started_[r.name] = 0;
   for (const spec::Role* role : order) {
     bool decides = std::find(spec.success_roles.begin(), spec.success_roles.end(), role->name) !=
                    spec.success_roles.end();
@@ -72,16 +73,18 @@ JobState::JobState(const spec::JobSpec& spec) {
       t.global_rank = rank++;
       t.tracked = !role->untracked;
       t.decides_success = decides;
+      index_[{t.role, t.index}] = tasks_.size();
+      success_tasks_ += decides;
+      role_not_started_[t.role]++;
       tasks_.push_back(std::move(t));
     }
   }
+  not_started_ = not_terminal_ = tasks_.size();
 }
 
 TaskRecord* JobState::Find(const std::string& role, uint32_t index) {
-  for (auto& t : tasks_) {
-    if (t.role == role && t.index == index) return &t;
-  }
-  return nullptr;
+  auto it = index_.find({role, index});
+  return it == index_.end() ? nullptr : &tasks_[it->second];
 }
 
 std::optional<nlohmann::json> JobState::Transition(TaskRecord& task, TaskState to,
@@ -93,6 +96,14 @@ std::optional<nlohmann::json> JobState::Transition(TaskRecord& task, TaskState t
                            {"task", task.Key()},
                            {"from", TaskStateName(task.state)},
                            {"to", TaskStateName(to)}};
+  bool was_started = task.state != TaskState::kPending && task.state != TaskState::kStarting;
+  bool now_started = to != TaskState::kPending && to != TaskState::kStarting;
+  if (!was_started && now_started) {
+    --not_started_;
+    --role_not_started_[task.role];
+  }
+  if (IsTerminal(to)) --not_terminal_;
+  if (to == TaskState::kSucceeded && task.decides_success) ++success_tasks_succeeded_;
   task.state = to;
   if (!reason.empty()) {
     task.reason = reason;
@@ -110,28 +121,13 @@ std::optional<nlohmann::json> JobState::Transition(TaskRecord& task, TaskState t
 
 std::optional<Outcome> JobState::DecideOutcome() const {
   if (first_failure_) return first_failure_;
-  bool any = false;
-  for (const auto& t : tasks_) {
-    if (!t.decides_success) continue;
-    any = true;
-    if (t.state != TaskState::kSucceeded) return std::nullopt;
-  }
-  if (!any) return std::nullopt;
+  if (success_tasks_ == 0 || success_tasks_succeeded_ < success_tasks_) return std::nullopt;
   return Outcome{JobPhase::kSucceeded, "every task of the success roles exited 0"};
 }
 
 bool JobState::RoleStarted(const std::string& role) const {
-  for (const auto& t : tasks_) {
-    if (t.role == role && (t.state == TaskState::kPending || t.state == TaskState::kStarting)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool JobState::AllTerminal() const {
-  return std::all_of(tasks_.begin(), tasks_.end(),
-                     [](const TaskRecord& t) { return IsTerminal(t.state); });
+  auto it = role_not_started_.find(role);
+  return it == role_not_started_.end() || it->second == 0;
 }
 
 }  // namespace shoal::master

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,11 +61,20 @@ class JobState {
 
   // Every task of `role` has started (running or already finished).
   bool RoleStarted(const std::string& role) const;
-  bool AllTerminal() const;
+  // No task is pending or starting any more.
+  bool AllStarted() const { return not_started_ == 0; }
+  bool AllTerminal() const { return not_terminal_ == 0; }
 
  private:
   std::vector<TaskRecord> tasks_;  // in global-rank order
+  std::map<std::pair<std::string, uint32_t>, size_t> index_;  // (role, index) -> tasks_ slot
   std::optional<Outcome> first_failure_;
+  // Kept by Transition so that the master's per-event checks are O(1), not O(tasks).
+  size_t not_started_ = 0;
+  size_t not_terminal_ = 0;
+  size_t success_tasks_ = 0;
+  size_t success_tasks_succeeded_ = 0;
+  std::map<std::string, size_t> role_not_started_;
 };
 
 // "exited with code 3" / "was killed by signal 9 (SIGKILL)".

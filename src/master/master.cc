@@ -87,6 +87,9 @@ absl::Status Master::Start() {
                            grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(service_.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Agent streams carry small messages at a steady rate: bandwidth-delay probing would add a
+  // ping and a window update to many of them for no gain.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_host, ":",
@@ -148,24 +151,27 @@ bool Master::Authorized(const std::string& header) const {
 }
 
 uint64_t Master::AgentConnected(std::shared_ptr<AgentConnection> connection) {
-  std::promise<uint64_t> id;
-  loop_.Post([&] {
+  // Never blocks a gRPC thread: the id is known now, and the session exists on the loop before
+  // any message of it is handled there (posts run in order).
+  uint64_t id = next_session_.fetch_add(1);
+  connection->Touch(options_.clock->Now());
+  loop_.Post([this, id, connection = std::move(connection)] {
     AgentSession s;
-    s.id = next_session_++;
-    s.connection = std::move(connection);
-    s.last_seen = options_.clock->Now();
-    sessions_[s.id] = std::move(s);
-    id.set_value(next_session_ - 1);
+    s.id = id;
+    s.connection = connection;
+    sessions_[id] = std::move(s);
   });
-  return id.get_future().get();
+  return id;
 }
 
-void Master::AgentMessageReceived(uint64_t session_id, const v1::AgentMessage& message) {
+void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_id,
+                                  const v1::AgentMessage& message) {
+  connection->Touch(options_.clock->Now());
+  if (message.kind_case() == v1::AgentMessage::kHeartbeat) return;
   loop_.Post([this, session_id, message] {
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     AgentSession& session = it->second;
-    session.last_seen = options_.clock->Now();
     switch (message.kind_case()) {
       case v1::AgentMessage::kRegister:
         OnRegister(session, message);
@@ -197,6 +203,7 @@ void Master::AgentDisconnected(uint64_t session_id) {
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     std::string node = it->second.registered ? it->second.node : "";
+    if (!node.empty()) node_sessions_.erase(node);
     sessions_.erase(it);
     if (!node.empty() && !IsTerminal(phase_)) {
       Journal({{"type", "agent_disconnected"}, {"node", node}});
@@ -252,6 +259,7 @@ void Master::TryAdmit() {
     return;
   }
   grants_ = *grants;
+  for (const auto& g : grants_) granted_nodes_.insert(g.name);
   auto placement = PlaceTasks(options_.spec, state_.tasks(), grants_);
   if (!placement.ok()) {
     BeginStopping(JobPhase::kFailed, std::string(placement.status().message()));
@@ -310,14 +318,14 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
                         "; run an agent of the same Shoal release as the master"));
     return;
   }
-  bool expected = std::any_of(grants_.begin(), grants_.end(),
-                              [&](const auto& g) { return g.name == req.node_name(); });
+  bool expected = granted_nodes_.count(req.node_name()) > 0;
   if (!expected || SessionForNode(req.node_name()) != nullptr || rendezvous_done_) {
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
   session.registered = true;
   session.node = req.node_name();
+  node_sessions_[session.node] = session.id;
   session.free_ports.assign(req.free_ports().begin(), req.free_ports().end());
   session.address = req.inventory().address();
   r->set_accepted(true);
@@ -327,10 +335,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
            {"hostname", req.inventory().hostname()},
            {"address", session.address},
            {"ports", session.free_ports.size()}});
-  for (const auto& g : grants_) {
-    if (SessionForNode(g.name) == nullptr) return;
-  }
-  CompleteRendezvous();
+  if (node_sessions_.size() == grants_.size()) CompleteRendezvous();
 }
 
 void Master::CompleteRendezvous() {
@@ -375,6 +380,12 @@ void Master::CompleteRendezvous() {
   }
   Journal({{"type", "rendezvous"}, {"world_size", plan_.tasks.size()}, {"ranks", ranks}});
   SetPhase(JobPhase::kStarting, "launching tasks");
+  v1::MasterMessage cluster;
+  cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
+  cluster.mutable_cluster()->set_generation(plan_.restart_count);
+  for (auto& [id, s] : sessions_) {
+    if (s.registered) s.connection->Send(cluster);
+  }
   LaunchReadyRoles();
 }
 
@@ -410,7 +421,6 @@ void Master::LaunchReadyRoles() {
       for (uint32_t c : t.cpu_affinity) launch->add_cpu_affinity(c);
       launch->set_memory_limit_bytes(role.resources.memory_bytes);
       for (const auto& g : t.gpus) launch->add_gpus(g);
-      launch->set_cluster_spec_json(frameworks::ClusterSpecJson(plan_, t));
       TaskRecord* rec = state_.Find(t.role, t.index);
       AgentSession* s = SessionForNode(t.node);
       Transition(*rec, TaskState::kStarting);
@@ -431,10 +441,7 @@ void Master::OnTaskStarted(const v1::AgentMessage& message) {
   if (rec == nullptr) return;
   rec->pid = m.pid();
   Transition(*rec, TaskState::kRunning);
-  bool all_running = std::all_of(state_.tasks().begin(), state_.tasks().end(), [](const auto& t) {
-    return t.state != TaskState::kPending && t.state != TaskState::kStarting;
-  });
-  if (all_running && phase_ == JobPhase::kStarting) {
+  if (state_.AllStarted() && phase_ == JobPhase::kStarting) {
     SetPhase(JobPhase::kRunning, "");
   }
   LaunchReadyRoles();
@@ -562,7 +569,7 @@ void Master::CheckHeartbeats() {
   auto limit = options_.heartbeat_interval * options_.heartbeat_misses;
   std::vector<std::string> silent;
   for (auto& [id, s] : sessions_) {
-    if (s.registered && now - s.last_seen > limit) silent.push_back(s.node);
+    if (s.registered && now - s.connection->last_seen() > limit) silent.push_back(s.node);
   }
   for (const auto& node : silent) {
     double secs = std::chrono::duration<double>(limit).count();
@@ -683,9 +690,20 @@ void Master::AfterBatch() {
     if (sink.out) std::fflush(sink.out);
     if (sink.err) std::fflush(sink.err);
   }
-  if (status_dirty_) {
+  if (!status_dirty_) return;
+  // A large job changes thousands of task states in a burst: publish the whole status at most
+  // every kStatusPublishInterval (the end of the job is always published at once).
+  auto now = options_.clock->Now();
+  if (IsTerminal(phase_) || now - last_publish_ >= kStatusPublishInterval) {
     status_dirty_ = false;
+    last_publish_ = now;
     PublishStatus();
+  } else if (!publish_pending_) {
+    publish_pending_ = true;
+    loop_.PostAfter(kStatusPublishInterval, [this] {
+      publish_pending_ = false;
+      // Runs as a batch of its own: AfterBatch follows and publishes.
+    });
   }
 }
 
@@ -725,7 +743,18 @@ void Master::PublishStatus() {
     }
     watchers_.swap(alive);
   }
-  WriteStatusFile();
+  auto now = options_.clock->Now();
+  if (IsTerminal(phase_) || now - last_status_write_ >= kStatusFileInterval) {
+    last_status_write_ = now;
+    WriteStatusFile();
+  } else if (!status_write_pending_) {
+    status_write_pending_ = true;
+    loop_.PostAfter(kStatusFileInterval, [this] {
+      status_write_pending_ = false;
+      last_status_write_ = options_.clock->Now();
+      WriteStatusFile();
+    });
+  }
 }
 
 void Master::WriteStatusFile() {
@@ -742,10 +771,10 @@ void Master::WriteStatusFile() {
 }
 
 Master::AgentSession* Master::SessionForNode(const std::string& node) {
-  for (auto& [id, s] : sessions_) {
-    if (s.registered && s.node == node) return &s;
-  }
-  return nullptr;
+  auto it = node_sessions_.find(node);
+  if (it == node_sessions_.end()) return nullptr;
+  auto s = sessions_.find(it->second);
+  return s == sessions_.end() ? nullptr : &s->second;
 }
 
 }  // namespace shoal::master

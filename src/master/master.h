@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,18 @@ class AgentConnection {
   virtual ~AgentConnection() = default;
   virtual bool Send(const v1::MasterMessage& message) = 0;
   virtual void Close() = 0;
+
+  // When the agent was last heard from. Written on the transport's thread for every message,
+  // read by the master's loop: heartbeats, the bulk of the traffic, never wake the loop.
+  void Touch(Clock::TimePoint now) {
+    last_seen_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  Clock::TimePoint last_seen() const {
+    return Clock::TimePoint(Clock::Duration(last_seen_ns_.load(std::memory_order_relaxed)));
+  }
+
+ private:
+  std::atomic<int64_t> last_seen_ns_{0};
 };
 
 // The only owner of one job's state. Everything runs on its event loop: gRPC handlers and the
@@ -81,7 +95,8 @@ class Master {
   // ---- called by MasterService from gRPC threads
   bool Authorized(const std::string& authorization_header) const;
   uint64_t AgentConnected(std::shared_ptr<AgentConnection> connection);
-  void AgentMessageReceived(uint64_t session, const v1::AgentMessage& message);
+  void AgentMessageReceived(AgentConnection* connection, uint64_t session,
+                            const v1::AgentMessage& message);
   void AgentDisconnected(uint64_t session);
   void FillStatus(v1::JobStatus* status);  // thread-safe snapshot
   std::shared_ptr<WatchQueue> AddWatcher(bool logs);
@@ -94,7 +109,6 @@ class Master {
     bool registered = false;
     std::vector<uint32_t> free_ports;
     std::string address;
-    Clock::TimePoint last_seen;
   };
   struct LogSink {
     std::FILE* out = nullptr;
@@ -146,17 +160,27 @@ class Master {
   std::vector<PlacedTask> placement_;
   frameworks::ClusterPlan plan_;
   std::map<uint64_t, AgentSession> sessions_;
-  uint64_t next_session_ = 1;
+  std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
+  std::set<std::string> granted_nodes_;
   std::map<std::string, LogSink> log_sinks_;
   std::FILE* combined_log_ = nullptr;
   std::vector<std::string> launched_roles_;
   bool status_dirty_ = true;
+  // status.json is rewritten (with an fsync) at most every kStatusFileInterval while running,
+  // so a burst of task changes in a large job costs one write, not thousands.
+  static constexpr std::chrono::milliseconds kStatusFileInterval{250};
+  Clock::TimePoint last_status_write_{};
+  static constexpr std::chrono::milliseconds kStatusPublishInterval{50};
+  Clock::TimePoint last_publish_{};
+  bool publish_pending_ = false;
+  bool status_write_pending_ = false;
   bool rendezvous_done_ = false;
   uint64_t register_timer_ = 0;
   int64_t created_unix_ms_ = 0;
   int64_t finished_unix_ms_ = 0;
 
   // Shared with gRPC threads.
+  std::atomic<uint64_t> next_session_{1};
   mutable std::mutex mu_;
   std::condition_variable finished_cv_;
   bool finished_ = false;

@@ -8,13 +8,14 @@ class Master;
 
 // The gRPC face of a Master. Handlers run on gRPC's threads and only post to the master or read
 // its snapshot. Every call must carry the job token. Only master.cc includes this header.
-class MasterService final : public v1::Master::Service {
+// Agent sessions use the callback API: thousands of agents cost no thread each, and the master
+// never blocks on a slow agent (writes are queued per session).
+class MasterService final : public v1::Master::WithCallbackMethod_AgentSession<v1::Master::Service> {
  public:
   explicit MasterService(Master* master) : master_(master) {}
 
-  grpc::Status AgentSession(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::MasterMessage, v1::AgentMessage>* stream) override;
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::MasterMessage>* AgentSession(
+      grpc::CallbackServerContext* context) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
                          v1::JobStatus* response) override;
   grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
@@ -23,6 +24,7 @@ class MasterService final : public v1::Master::Service {
                     v1::KillReply* response) override;
 
  private:
+  bool Authorized(const grpc::ServerContextBase* context) const;
   grpc::Status CheckAuth(grpc::ServerContext* context) const;
   Master* master_;  // outlives the service
 };

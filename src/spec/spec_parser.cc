@@ -26,6 +26,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/byte_size.h"
+#include "yaml-cpp/eventhandler.h"
+#include "yaml-cpp/parser.h"
 #include "yaml-cpp/yaml.h"
 
 namespace shoal::spec {
@@ -176,7 +178,7 @@ std::string AbsoluteBaseDir(const std::string& base_dir) {
 class DocumentProbe : public YAML::EventHandler {
  public:
   void OnDocumentStart(const YAML::Mark& mark) override {
-    start_line_ = mark.is_null() ? 0 : mark.line + 1;
+    start_ = mark;
     depth_ = 0;
     root_is_null_ = false;
   }
@@ -199,30 +201,47 @@ class DocumentProbe : public YAML::EventHandler {
   void OnMapEnd() override { --depth_; }
 
   bool root_is_null() const { return root_is_null_; }
-  int start_line() const { return start_line_; }
+  const YAML::Mark& start() const { return start_; }
 
  private:
   int depth_ = 0;
   bool root_is_null_ = false;
-  int start_line_ = 0;
+  YAML::Mark start_ = YAML::Mark::null_mark();
 };
 
 struct DocumentCount {
-  int count = 0;        // 0, 1 or 2 (meaning two or more)
-  int second_line = 0;  // where the second document starts
+  int count = 0;        // non-empty documents: 0, 1 or 2 (meaning two or more)
+  int second_line = 0;  // where the second one starts
+  // Set when the parser got stuck (see CountDocuments): where, and what it found there.
+  std::optional<YAML::Mark> stuck_at;
+  std::string stuck_on;
 };
 
-// Counts the non-empty documents of `text`, stopping at two. Not YAML::LoadAll: in yaml-cpp 0.7
-// it never returns on input such as a lone ',' (it adds a null document per turn until memory
-// runs out; jbeder/yaml-cpp#1040, fixed upstream after 0.7 by stopping at the first null
-// document, as this does). Throws YAML::ParserException on a syntax error.
+// Counts the non-empty documents of `text`, stopping at two. Not YAML::LoadAll: yaml-cpp 0.7
+// gets stuck on a stray ',' outside brackets and LoadAll then adds a null document per turn
+// until memory runs out (jbeder/yaml-cpp#1040, fixed upstream after 0.7). A document that
+// starts where the previous one did is that stuck state, reported as the syntax error it is.
+// Throws YAML::ParserException on other syntax errors.
 DocumentCount CountDocuments(const std::string& text) {
   std::istringstream in(text);
   YAML::Parser parser(in);
   DocumentProbe probe;
   DocumentCount result;
-  while (result.count < 2 && parser.HandleNextDocument(probe) && !probe.root_is_null()) {
-    if (++result.count == 2) result.second_line = probe.start_line();
+  int previous_pos = -1;
+  while (result.count < 2 && parser.HandleNextDocument(probe)) {
+    const YAML::Mark& start = probe.start();
+    if (start.pos <= previous_pos) {
+      result.stuck_at = start;
+      result.stuck_on = "unexpected text";
+      if (start.pos >= 0 && static_cast<size_t>(start.pos) < text.size() &&
+          absl::ascii_isgraph(static_cast<unsigned char>(text[start.pos]))) {
+        result.stuck_on = absl::StrCat("unexpected '", std::string(1, text[start.pos]), "'");
+      }
+      break;
+    }
+    previous_pos = start.pos;
+    if (probe.root_is_null()) continue;
+    if (++result.count == 2) result.second_line = start.line + 1;
   }
   return result;
 }
@@ -259,6 +278,11 @@ class Parser {
                                  ": invalid YAML: ", e.msg));
     } catch (const YAML::Exception& e) {
       return Refuse(absl::StrCat(source_, ": invalid YAML: ", e.msg));
+    }
+    if (documents.stuck_at) {
+      return Refuse(absl::StrCat(source_, ":", documents.stuck_at->line + 1, ":",
+                                 documents.stuck_at->column + 1, ": invalid YAML: ",
+                                 documents.stuck_on));
     }
     if (documents.count > 1) {
       return Refuse(absl::StrCat(Where(source_, documents.second_line),

@@ -56,7 +56,7 @@ TEST_F(LocalBackendTest, GrantsTheWholeGangOnOneNode) {
 
 TEST_F(LocalBackendTest, QueuesJobThatDoesNotFitBesideAnotherAndSaysWhy) {
   LocalBackend first(Options(4, {"0", "1"}));
-  ASSERT_TRUE(first.Acquire(Job(3, 1, 1), "job-a").ok());
+  ASSERT_TRUE(first.Acquire(Job(3, 1), "job-a").ok());
   LocalBackend second(Options(4, {"0", "1"}));
   auto grants = second.Acquire(Job(2, 1), "job-b");
   ASSERT_EQ(grants.status().code(), absl::StatusCode::kUnavailable);

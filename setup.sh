@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs everything Shoal needs on Debian 12, builds it, and puts `shoal` on PATH.
+# Idempotent: a second run installs nothing and rebuilds only what changed.
+#   ./setup.sh            install + build
+#   ./setup.sh --no-build install only
+set -euo pipefail
+cd "$(dirname "$0")"
+repo=$(pwd)
+
+# Build toolchain and libraries (C++), the demo's Python stack, and benchmark anchors.
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  libgtest-dev libgmock-dev
+  python3 python3-torch python3-sklearn python3-numpy python3-pytest
+  openmpi-bin hyperfine procps iproute2
+)
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: every Debian package is already installed"
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+
+echo "setup: building (cmake + ninja, -j2) in $repo/build"
+cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+ninja -C "$repo/build" -j2
+
+# Put the binary on PATH: /usr/local/bin for root, ~/.local/bin otherwise.
+if [ "$(id -u)" -eq 0 ]; then bindir=/usr/local/bin; else bindir="$HOME/.local/bin"; fi
+mkdir -p "$bindir"
+ln -sf "$repo/build/src/cli/shoal" "$bindir/shoal"
+echo "setup: done; $(command -v shoal || echo "$bindir/shoal") -> $repo/build/src/cli/shoal"
+case ":$PATH:" in *":$bindir:"*) ;; *) echo "setup: add $bindir to your PATH";; esac
