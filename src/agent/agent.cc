@@ -375,8 +375,10 @@ void Agent::Launch(const v1::MasterMessage& message) {
   spec.working_dir = l.working_dir().empty() ? task_dir : l.working_dir();
   spec.cpu_affinity.assign(l.cpu_affinity().begin(), l.cpu_affinity().end());
   spec.memory_limit_bytes = l.memory_limit_bytes();
-  spec.stdout_path = task_dir + "/stdout";
-  spec.stderr_path = task_dir + "/stderr";
+  if (options_.keep_task_output) {
+    spec.stdout_path = task_dir + "/stdout";
+    spec.stderr_path = task_dir + "/stderr";
+  }
 
   v1::AgentMessage reply;
   auto fail = [&](const std::string& error) {
@@ -386,7 +388,9 @@ void Agent::Launch(const v1::MasterMessage& message) {
     e->set_error(error);
     Send(reply);
   };
-  if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
+  if (options_.keep_task_output || l.working_dir().empty()) {
+    if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
+  }
   spec.env["SHOAL_CLUSTER_SPEC_FILE"] = options_.work_dir + "/cluster.json";
   {
     std::lock_guard<std::mutex> lock(mu_);

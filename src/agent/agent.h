@@ -31,6 +31,9 @@ struct AgentOptions {
   std::string node_name;        // the placement node this agent serves
   std::string work_dir;         // the agent's own copy of task output, cluster files
   uint32_t ports = 0;           // free ports to report for the tasks placed here
+  // Keep a copy of each task's output under work_dir. Off when the master's job directory is on
+  // this same machine (the local backend): the master writes those files already.
+  bool keep_task_output = true;
   std::optional<uint32_t> fake_gpus;
   std::chrono::milliseconds heartbeat_interval{1000};
   // How long the agent keeps its tasks alive without a master. Past it, it kills them all.

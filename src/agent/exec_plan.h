@@ -27,16 +27,16 @@ class ExecPlan {
     UniqueFd pidfd;  // from pidfd_open, taken while the child still waits for its release
   };
 
-  // Forks a child that resets its signal dispositions and mask, makes itself leader of a new
-  // process group, and then waits. `before_exec(pid)` runs in the calling thread while the child
-  // waits (this is where the caller puts it into its cgroups); only when it returns OK is the
-  // child released to redirect stdio to the given fds (0-2 in the child), chdir, pin its CPUs,
-  // mark every other fd close-on-exec and exec. Returns once exec succeeded, as reported through a
-  // close-on-exec pipe. Errors (before_exec failing, a missing binary, a bad working directory,
-  // EACCES...) name the command and the errno text; the failed child has been reaped by then.
-  // The fds are not consumed; the caller closes its copies.
+  // Starts a child (clone with CLONE_VM | CLONE_VFORK, like posix_spawn) that resets its signal
+  // dispositions and mask, makes itself leader of a new process group, joins the cgroups whose
+  // cgroup.procs files are given, redirects stdio to the given fds (0-2 in the child), chdirs,
+  // pins its CPUs, marks every other fd close-on-exec and execs. Returns once exec succeeded, as
+  // reported through a close-on-exec pipe. Errors (a cgroup that cannot be joined, a missing
+  // binary, a bad working directory, EACCES...) name the command and the errno text; the failed
+  // child has been reaped by then. The fds are not consumed; the caller closes its copies.
+  // REQUIRES: calls are serialised (one child stack is shared).
   absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd,
-                              const std::function<absl::Status(pid_t)>& before_exec) const;
+                              const std::vector<std::string>& cgroup_procs) const;
 
   const std::string& command() const { return argv_.front(); }
 

@@ -263,10 +263,11 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
     absl::StatusOr<ExecPlan::Child> child;
     {
       absl::MutexLock launch_lock(&launch_mu_);
-      child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(),
-                         [cgroup](pid_t pid) {
-                           return cgroup != nullptr ? cgroup->AddProcess(pid) : absl::OkStatus();
-                         });
+      std::vector<std::string> procs;
+      if (cgroup != nullptr) {
+        for (const auto& dir : cgroup->dirs()) procs.push_back(dir.path + "/cgroup.procs");
+      }
+      child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(), procs);
       // Closed before the next launch can fork, so that no sibling holds them even briefly.
       stdout_writer.Reset();
       stderr_writer.Reset();

@@ -20,8 +20,9 @@
 namespace shoal::cli {
 namespace {
 
-// Runs `on_signal` on a dedicated thread at the first SIGTERM/SIGINT. Signals must already be
-// blocked in every thread (done first thing in main()).
+// Runs `on_signal` on a dedicated thread at SIGTERM/SIGINT. Signals must already be blocked in
+// every thread (done first thing in main()). The destructor wakes the thread with SIGUSR1 rather
+// than waiting out a polling tick, so a daemon exits the moment its work is done.
 class SignalWatcher {
  public:
   explicit SignalWatcher(std::function<void(int)> on_signal) {
@@ -30,15 +31,17 @@ class SignalWatcher {
       sigemptyset(&set);
       sigaddset(&set, SIGTERM);
       sigaddset(&set, SIGINT);
-      timespec tick{0, 100'000'000};
+      sigaddset(&set, SIGUSR1);
       while (!done_) {
-        int sig = ::sigtimedwait(&set, nullptr, &tick);
-        if (sig > 0) on_signal(sig);
+        int sig = 0;
+        if (::sigwait(&set, &sig) != 0) continue;
+        if (sig != SIGUSR1) on_signal(sig);
       }
     });
   }
   ~SignalWatcher() {
     done_ = true;
+    ::pthread_kill(thread_.native_handle(), SIGUSR1);
     thread_.join();
   }
 
@@ -120,6 +123,7 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.node_name = flags.node;
   options.work_dir = flags.work_dir.empty() ? "/tmp/shoal-agent-" + flags.node : flags.work_dir;
   options.ports = flags.ports;
+  options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
   if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {

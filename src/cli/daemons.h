@@ -14,6 +14,7 @@ struct AgentFlags {
   std::string work_dir;
   uint32_t ports = 0;
   uint32_t master_grace_ms = 10000;
+  bool keep_task_output = true;
   std::optional<uint32_t> fake_gpus;
 };
 // `shoal agent ...`: one node's agent, started by a backend.

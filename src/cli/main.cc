@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       "Shoal runs distributed training jobs described in one YAML file, and supervises them.\n"
       "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 130 interrupted."};
   app.require_subcommand(1);
+  app.fallthrough();  // `shoal run --jobs-dir D job.yaml` works as well as `shoal --jobs-dir D run job.yaml`
   app.set_version_flag("--version", "shoal 0.1.0");
   std::string jobs_dir;
   app.add_option("--jobs-dir", jobs_dir,
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--master-grace-ms", agent.master_grace_ms,
                         "Kill every task after the master is unreachable this long");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
+  bool no_task_output = false;
+  agent_cmd->add_flag("--no-task-output", no_task_output,
+                      "Keep no copy of task output (the master's job directory is on this machine)");
 
   try {
     app.parse(argc, argv);
@@ -88,6 +92,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // wakes a sigwait thread when it should stop
   bool daemon = master_cmd->parsed() || agent_cmd->parsed();
   if (daemon) pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
@@ -110,6 +115,7 @@ int main(int argc, char** argv) {
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self);
   if (agent_cmd->parsed()) {
     if (agent_fake->count() > 0) agent.fake_gpus = agent_fake_gpus;
+    agent.keep_task_output = !no_task_output;
     return shoal::cli::RunAgentDaemon(agent);
   }
   return kExitUsage;

@@ -179,6 +179,7 @@ int RunJob(const RunOptions& options) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // only used to wake the signal thread when following ends
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   pid_t master_pid = -1;
@@ -207,6 +208,7 @@ int RunJob(const RunOptions& options) {
     auto kill_sent_at = std::chrono::steady_clock::time_point{};
     while (!done) {
       int sig = ::sigtimedwait(&signals, nullptr, &tick);
+      if (sig == SIGUSR1) continue;
       if (sig > 0 && !interrupted.exchange(true)) {
         console.Message(absl::StrCat("interrupted: stopping every task of ", job_id));
         kill_sent_at = std::chrono::steady_clock::now();
@@ -234,6 +236,7 @@ int RunJob(const RunOptions& options) {
       },
       [&](const std::string& lines) { console.Output(lines); });
   done = true;
+  ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
   console.Done();
 

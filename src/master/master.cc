@@ -451,12 +451,14 @@ void Master::OnTaskExited(const v1::AgentMessage& message) {
   const auto& m = message.task_exited();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
   if (rec == nullptr) return;
-  // Flush whatever partial line the task left, so its last words are not lost.
-  LogSink& sink = SinkFor(rec->role, rec->index);
-  for (int s = 0; s < 2; ++s) {
-    if (!sink.partial[s].empty()) {
-      EmitLogLine(absl::StrCat(rec->Key(), " | ", sink.partial[s], "\n"));
-      sink.partial[s].clear();
+  // Flush whatever partial line the task left, so its last words are not lost. (A task that
+  // never printed has no sink: its log files are created on first output.)
+  if (auto it = log_sinks_.find(rec->Key()); it != log_sinks_.end()) {
+    for (auto& partial : it->second.partial) {
+      if (!partial.empty()) {
+        EmitLogLine(absl::StrCat(rec->Key(), " | ", partial, "\n"));
+        partial.clear();
+      }
     }
   }
   rec->exit_code = m.exit_code();

@@ -124,7 +124,9 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
                                    "--ports",
                                    std::to_string(ports),
                                    "--master-grace-ms",
-                                   std::to_string(options.master_grace_ms)};
+                                   std::to_string(options.master_grace_ms),
+                                   // Same machine as the job directory: the master keeps the logs.
+                                   "--no-task-output"};
   if (options_.fake_gpus) {
     args.push_back("--fake-gpus");
     args.push_back(std::to_string(*options_.fake_gpus));
@@ -170,6 +172,7 @@ void LocalBackend::WatchAgent(pid_t pid) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     agent_pid_ = -1;
+    agent_exited_.notify_all();
     if (releasing_) return;
     callback = on_lost_;
   }
@@ -194,17 +197,15 @@ void LocalBackend::Release() {
     pid = agent_pid_;
   }
   if (pid > 0) {
-    // The agent stops its tasks on SIGTERM; SIGKILL only if it does not exit in time.
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (agent_pid_ < 0) break;
+    // The master has normally sent the agent a Shutdown already and it is exiting; SIGTERM makes
+    // it stop its tasks either way, and SIGKILL follows if it does not exit in time.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!agent_exited_.wait_for(lock, std::chrono::milliseconds(500), [&] { return agent_pid_ < 0; })) {
+      ::kill(pid, SIGTERM);
+      if (!agent_exited_.wait_for(lock, std::chrono::seconds(5), [&] { return agent_pid_ < 0; })) {
+        ::kill(pid, SIGKILL);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (agent_pid_ > 0) ::kill(agent_pid_, SIGKILL);
   }
   if (watcher_.joinable()) watcher_.join();
   if (!job_id_.empty()) (void)ledger_.Remove(job_id_);

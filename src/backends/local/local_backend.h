@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -43,6 +44,7 @@ class LocalBackend final : public Backend {
   ResourceLedger ledger_;
   std::string job_id_;
   std::mutex mu_;
+  std::condition_variable agent_exited_;
   pid_t agent_pid_ ABSL_GUARDED_BY(mu_) = -1;
   bool releasing_ ABSL_GUARDED_BY(mu_) = false;
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
