@@ -50,6 +50,7 @@ class SimulatedBackend final : public backends::Backend {
   }
   absl::Status StartAgents(const backends::AgentStartOptions&) override { return absl::OkStatus(); }
   void SetPlaceLostCallback(PlaceLostCallback) override {}
+  void TerminatePlace(const std::string&) override {}
   void Release() override {}
 
  private:

@@ -1,5 +1,7 @@
 #include "agent/cgroup_fs.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
@@ -76,6 +78,26 @@ absl::Status MakeDir(const std::string& path) {
 absl::Status RemoveDir(const std::string& path) {
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus(absl::StrCat("rmdir ", path), errno);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Subtree(const std::string& dir) {
+  std::vector<std::string> out{dir};
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory(ec)) out.push_back(it->path().string());
+  }
+  return out;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  std::vector<std::string> dirs = Subtree(path);
+  // Deeper paths sort after their parents; remove in reverse so children go first.
+  std::sort(dirs.begin(), dirs.end());
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (auto st = RemoveDir(*it); !st.ok()) return st;
   }
   return absl::OkStatus();
 }

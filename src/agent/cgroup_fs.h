@@ -30,6 +30,13 @@ absl::Status MakeDir(const std::string& path);
 // rmdir; a missing directory is fine. EBUSY while processes remain.
 absl::Status RemoveDir(const std::string& path);
 
+// rmdir of `path` and every cgroup below it, deepest first (a cgroup can only go once its
+// children have). Fails (EBUSY) while processes remain anywhere in the subtree.
+absl::Status RemoveTree(const std::string& path);
+
+// `dir` and every cgroup directory below it.
+std::vector<std::string> Subtree(const std::string& dir);
+
 // The pids in `dir`/cgroup.procs; empty when unreadable.
 std::vector<pid_t> Procs(const std::string& dir);
 

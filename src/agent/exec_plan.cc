@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -69,6 +70,7 @@ void WaitForChild(pid_t pid) {
 
 // Everything the child touches, as raw pointers into storage owned by the parent's stack frame.
 struct ChildArgs {
+  pid_t parent;  // the agent; the child dies with it
   int stdio[3];
   const char* const* cgroup_procs;  // cgroup.procs files to join, nullptr-terminated
   int error_fd;
@@ -100,6 +102,10 @@ struct ChildArgs {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   ::setpgid(0, 0);
+  // A task never outlives its agent: if the agent dies (even by SIGKILL) the kernel kills the
+  // task. Checked after, in case the agent died before the prctl took effect.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != a.parent) ::_exit(127);
 
   // Join the task's cgroups before exec: "0" is the writing process, so no handshake with the
   // parent is needed (and the parent can stay suspended, as in vfork).
@@ -276,6 +282,7 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   auto& [error_r, error_w] = *error_pipe;
 
   ChildArgs args{};
+  args.parent = ::getpid();
   for (int i = 0; i < 3; ++i) args.stdio[i] = stdio[i];
   args.cgroup_procs = procs.data();
   args.error_fd = error_w.get();

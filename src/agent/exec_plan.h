@@ -34,6 +34,8 @@ class ExecPlan {
   // reported through a close-on-exec pipe. Errors (a cgroup that cannot be joined, a missing
   // binary, a bad working directory, EACCES...) name the command and the errno text; the failed
   // child has been reaped by then. The fds are not consumed; the caller closes its copies.
+  // The child gets PR_SET_PDEATHSIG(SIGKILL): it dies with the calling *thread*, so call this
+  // from a thread that lives as long as the agent (the agent launches from its main thread).
   // REQUIRES: calls are serialised (one child stack is shared).
   absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd,
                               const std::vector<std::string>& cgroup_procs) const;

@@ -267,7 +267,9 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
       if (cgroup != nullptr) {
         for (const auto& dir : cgroup->dirs()) procs.push_back(dir.path + "/cgroup.procs");
       }
-      child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(), procs);
+      spawner_->Run([&] {
+        child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(), procs);
+      });
       // Closed before the next launch can fork, so that no sibling holds them even briefly.
       stdout_writer.Reset();
       stderr_writer.Reset();

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/process_spec.h"
 #include "agent/resource_limits.h"
+#include "agent/spawn_thread.h"
 #include "agent/task_cgroup.h"
 #include "agent/unique_fd.h"
 
@@ -158,6 +159,9 @@ class ProcessSupervisor {
   std::vector<char> buffer_;
 
   std::thread thread_;
+  // Starts every task. Declared last, so destroyed after the destructor's body has killed every
+  // task (its thread's exit SIGKILLs the tasks it started).
+  std::unique_ptr<SpawnThread> spawner_ = std::make_unique<SpawnThread>();
 };
 
 }  // namespace shoal::agent

@@ -40,9 +40,13 @@ void TaskCgroup::KillAll() {
   for (const Dir& dir : dirs_) {
     if (!dir.tracking) continue;
     if (dir.v2 && cgroup_fs::Write(absl::StrCat(dir.path, "/cgroup.kill"), "1").ok()) continue;
-    // Without cgroup.kill: a few passes, since a member may fork between reading and killing.
+    // Without cgroup.kill: a few passes over the whole subtree, since a member may fork between
+    // reading and killing.
     for (int pass = 0; pass < 4; ++pass) {
-      std::vector<pid_t> seen = cgroup_fs::Procs(dir.path);
+      std::vector<pid_t> seen;
+      for (const std::string& sub : cgroup_fs::Subtree(dir.path)) {
+        for (pid_t pid : cgroup_fs::Procs(sub)) seen.push_back(pid);
+      }
       if (seen.empty()) break;
       std::vector<std::pair<pid_t, UniqueFd>> opened;
       for (pid_t pid : seen) {
@@ -51,7 +55,10 @@ void TaskCgroup::KillAll() {
       }
       // A pid still listed now is the process our pidfd refers to: the number cannot have been
       // recycled into this cgroup by anyone but a member.
-      std::vector<pid_t> confirmed = cgroup_fs::Procs(dir.path);
+      std::vector<pid_t> confirmed;
+      for (const std::string& sub : cgroup_fs::Subtree(dir.path)) {
+        for (pid_t pid : cgroup_fs::Procs(sub)) confirmed.push_back(pid);
+      }
       for (auto& [pid, fd] : opened) {
         if (std::find(confirmed.begin(), confirmed.end(), pid) != confirmed.end()) {
           ::syscall(SYS_pidfd_send_signal, fd.get(), SIGKILL, nullptr, 0);
@@ -89,8 +96,10 @@ std::vector<pid_t> TaskCgroup::Procs() const {
   std::vector<pid_t> pids;
   for (const Dir& dir : dirs_) {
     if (!dir.tracking) continue;
-    for (pid_t pid : cgroup_fs::Procs(dir.path)) {
-      if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
+    for (const std::string& sub : cgroup_fs::Subtree(dir.path)) {
+      for (pid_t pid : cgroup_fs::Procs(sub)) {
+        if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
+      }
     }
   }
   return pids;
@@ -99,8 +108,10 @@ std::vector<pid_t> TaskCgroup::Procs() const {
 bool TaskCgroup::TryRemove() {
   if (removed_) return true;
   bool all = true;
+  // RemoveTree: a task may have made cgroups of its own below its directory (the agent's
+  // directory, made by the local backend, holds the agent's task cgroups).
   for (const Dir& dir : dirs_) {
-    if (!cgroup_fs::RemoveDir(dir.path).ok()) all = false;
+    if (!cgroup_fs::RemoveTree(dir.path).ok()) all = false;
   }
   removed_ = all;
   return all;

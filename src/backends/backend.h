@@ -47,6 +47,9 @@ class Backend {
   virtual absl::Status StartAgents(const AgentStartOptions& options) = 0;
   // Called (from any thread) when a place is lost: its agent died or the node went away.
   virtual void SetPlaceLostCallback(PlaceLostCallback callback) = 0;
+  // The master gave up on this place (its agent went silent): kill its agent and every task
+  // there now, without waiting. Non-blocking; the place-lost callback may follow.
+  virtual void TerminatePlace(const std::string& node) = 0;
   // Stops agents still running and frees everything Acquire took. Safe to call twice.
   virtual void Release() = 0;
 };

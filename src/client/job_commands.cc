@@ -157,6 +157,15 @@ int KillJob(const std::string& root, const std::string& job) {
   }
   auto client = MasterClient::Connect(*dir);
   absl::Status st = client.ok() ? (*client)->Kill("killed by `shoal kill`") : client.status();
+  if (!st.ok() && absl::IsUnavailable(st)) {
+    // The master ended between our look and the call: the job is over, which is what was asked.
+    auto status = CurrentStatus(*dir);
+    std::string state = status->value("state", "");
+    if (IsTerminalState(state) || state == "lost") {
+      std::cout << "job " << status->value("job_id", "") << " has already ended (" << state << ")\n";
+      return kExitOk;
+    }
+  }
   if (!st.ok()) {
     std::cerr << "shoal: " << st.message() << "\n";
     return kExitJobFailed;

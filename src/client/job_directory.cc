@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/process.h"
 
 namespace shoal::client {
 
@@ -90,7 +91,7 @@ std::optional<MasterInfo> ReadMasterInfo(const std::string& job_dir) {
   MasterInfo info;
   info.address = j.value("address", "");
   info.pid = j.value("pid", 0);
-  info.alive = info.pid > 0 && ::kill(info.pid, 0) == 0;
+  info.alive = ProcessRunning(info.pid, job_dir);
   return info;
 }
 

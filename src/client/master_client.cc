@@ -56,7 +56,8 @@ class GrpcMasterClient final : public MasterClient {
   }
 
   absl::Status Watch(bool logs, const std::function<void(const nlohmann::json&)>& on_status,
-                     const std::function<void(const std::string&)>& on_log) override {
+                     const std::function<void(const std::string&)>& on_log,
+                     const std::function<void(const std::string&)>& on_notice) override {
     grpc::ClientContext ctx;
     Prepare(ctx);
     {
@@ -71,6 +72,7 @@ class GrpcMasterClient final : public MasterClient {
     while (reader->Read(&event)) {
       if (event.has_status()) on_status(master::JobStatusToJson(event.status()));
       if (event.has_log()) on_log(event.log().data());
+      if (event.kind_case() == v1::WatchEvent::kNotice) on_notice(event.notice());
     }
     auto st = reader->Finish();
     {

@@ -23,7 +23,8 @@ class MasterClient {
   // Streams status changes and (when `logs`) prefixed output lines until the job has ended
   // (OK), the master went away (Unavailable) or Cancel was called (Cancelled).
   virtual absl::Status Watch(bool logs, const std::function<void(const nlohmann::json&)>& on_status,
-                             const std::function<void(const std::string&)>& on_log) = 0;
+                             const std::function<void(const std::string&)>& on_log,
+                             const std::function<void(const std::string&)>& on_notice) = 0;
   // Thread-safe: ends a Watch in progress.
   virtual void Cancel() = 0;
 };

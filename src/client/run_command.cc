@@ -59,6 +59,10 @@ class Console {
     std::fprintf(stderr, "shoal | %s\n", line.c_str());
     DrawStatus();
   }
+  bool live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_;
+  }
   void Done() {
     std::lock_guard<std::mutex> lock(mu_);
     ClearStatus();
@@ -203,6 +207,12 @@ int RunJob(const RunOptions& options) {
   console.Message(absl::StrCat("job ", job_id, " (", spec->TotalTasks(), " tasks) in ", job_dir));
 
   std::atomic<bool> done{false}, interrupted{false};
+  std::mutex status_mu;
+  nlohmann::json last_status;
+  auto started = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
   std::thread signal_thread([&] {
     timespec tick{0, 100'000'000};
     auto kill_sent_at = std::chrono::steady_clock::time_point{};
@@ -222,19 +232,23 @@ int RunJob(const RunOptions& options) {
       if (interrupted && std::chrono::steady_clock::now() - kill_sent_at > Ms(10000)) {
         (*client)->Cancel();
       }
+      // Keep the live line's clock moving while nothing changes.
+      std::lock_guard<std::mutex> lock(status_mu);
+      if (!last_status.is_null() && console.live()) {
+        console.Status(StatusLine(last_status, elapsed()));
+      }
     }
   });
 
-  nlohmann::json last_status;
-  auto started = std::chrono::steady_clock::now();
   absl::Status watch = (*client)->Watch(
       /*logs=*/true,
       [&](const nlohmann::json& status) {
+        std::lock_guard<std::mutex> lock(status_mu);
         last_status = status;
-        double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        console.Status(StatusLine(status, secs));
+        console.Status(StatusLine(status, elapsed()));
       },
-      [&](const std::string& lines) { console.Output(lines); });
+      [&](const std::string& lines) { console.Output(lines); },
+      [&](const std::string& notice) { console.Message(notice); });
   done = true;
   ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();

@@ -190,7 +190,7 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
       case v1::AgentMessage::kNotice:
         spdlog::warn("agent {}: {}", session.node, message.notice());
         Journal({{"type", "notice"}, {"node", session.node}, {"message", message.notice()}});
-        EmitLogLine(absl::StrCat("shoal | ", session.node, ": ", message.notice(), "\n"));
+        EmitNotice(absl::StrCat(session.node, ": ", message.notice()));
         break;
       default:
         break;
@@ -207,6 +207,8 @@ void Master::AgentDisconnected(uint64_t session_id) {
     sessions_.erase(it);
     if (!node.empty() && !IsTerminal(phase_)) {
       Journal({{"type", "agent_disconnected"}, {"node", node}});
+      // Whatever is left of that agent must not keep running tasks nobody watches.
+      backend_->TerminatePlace(node);
       FailTasksOnNode(node, absl::StrCat("lost: the agent on ", node, " disconnected"));
     }
   });
@@ -521,6 +523,16 @@ void Master::EmitLogLine(const std::string& lines) {
   }
 }
 
+void Master::EmitNotice(const std::string& notice) {
+  v1::WatchEvent event;
+  event.set_notice(notice);
+  std::string serialized = event.SerializeAsString();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : watchers_) {
+    if (auto q = w.lock()) q->Push(serialized, false);
+  }
+}
+
 Master::LogSink& Master::SinkFor(const std::string& role, uint32_t index) {
   std::string key = absl::StrCat(role, ":", index);
   auto it = log_sinks_.find(key);
@@ -576,6 +588,7 @@ void Master::CheckHeartbeats() {
   for (const auto& node : silent) {
     double secs = std::chrono::duration<double>(limit).count();
     Journal({{"type", "agent_silent"}, {"node", node}, {"seconds", secs}});
+    backend_->TerminatePlace(node);  // a hung agent must not leave its tasks running
     FailTasksOnNode(node, absl::StrFormat("lost: the agent on %s was silent for %.1fs", node, secs));
   }
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });

@@ -140,6 +140,7 @@ class Master {
   void PublishStatus();
   void WriteStatusFile();
   void EmitLogLine(const std::string& prefixed_line);
+  void EmitNotice(const std::string& notice);
   LogSink& SinkFor(const std::string& role, uint32_t index);
   AgentSession* SessionForNode(const std::string& node);
 

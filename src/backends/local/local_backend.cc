@@ -131,6 +131,17 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
     args.push_back("--fake-gpus");
     args.push_back(std::to_string(*options_.fake_gpus));
   }
+  agent::ResourceLimits::Options cg;
+  cg.cgroup_name = "shoal-jobs";
+  cg.instance_id = options.job_id;
+  limits_ = agent::ResourceLimits::Detect(cg);
+  if (auto made = limits_->CreateTask("agent", 0); made.ok() && *made) {
+    agent_cgroup_ = std::move(*made);
+    for (const auto& dir : agent_cgroup_->dirs()) {
+      args.push_back("--join-cgroup");
+      args.push_back(dir.path + "/cgroup.procs");
+    }
+  }
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "SHOAL_AGENT_TOKEN=", 18) != 0) env_strings.emplace_back(*e);
@@ -184,6 +195,16 @@ void LocalBackend::WatchAgent(pid_t pid) {
   if (callback) callback("local", why);
 }
 
+void LocalBackend::KillAgentAndTasks() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (agent_pid_ > 0) ::kill(agent_pid_, SIGKILL);
+  }
+  if (agent_cgroup_) agent_cgroup_->KillAll();
+}
+
+void LocalBackend::TerminatePlace(const std::string& node) { KillAgentAndTasks(); }
+
 void LocalBackend::SetPlaceLostCallback(PlaceLostCallback callback) {
   std::lock_guard<std::mutex> lock(mu_);
   on_lost_ = std::move(callback);
@@ -207,6 +228,12 @@ void LocalBackend::Release() {
       }
     }
   }
+  // Whatever the agent left (it was killed, or a task escaped it) dies with its cgroup.
+  if (agent_cgroup_) {
+    (void)agent_cgroup_->KillAndRemove(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    agent_cgroup_.reset();
+  }
+  limits_.reset();
   if (watcher_.joinable()) watcher_.join();
   if (!job_id_.empty()) (void)ledger_.Remove(job_id_);
 }

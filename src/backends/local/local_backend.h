@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "backends/backend.h"
+#include "agent/resource_limits.h"
 #include "backends/local/resource_ledger.h"
 #include "spec/inventory.h"
 
@@ -35,10 +36,13 @@ class LocalBackend final : public Backend {
                                                  const std::string& job_id) override;
   absl::Status StartAgents(const AgentStartOptions& options) override;
   void SetPlaceLostCallback(PlaceLostCallback callback) override;
+  void TerminatePlace(const std::string& node) override;
   void Release() override;
 
  private:
   void WatchAgent(pid_t pid);
+  // SIGKILL to the agent and, through its cgroup, to every process it started.
+  void KillAgentAndTasks();
 
   LocalBackendOptions options_;
   ResourceLedger ledger_;
@@ -49,6 +53,11 @@ class LocalBackend final : public Backend {
   bool releasing_ ABSL_GUARDED_BY(mu_) = false;
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
+  // The agent's own cgroup (tracking only); the agent makes its tasks' cgroups below it, so
+  // killing it reaches every task even when the agent is hung or dead. Null where no cgroup
+  // can be made: then the tasks' PR_SET_PDEATHSIG is the only guard.
+  std::unique_ptr<agent::ResourceLimits> limits_;
+  std::unique_ptr<agent::TaskCgroup> agent_cgroup_;
 };
 
 }  // namespace shoal::backends

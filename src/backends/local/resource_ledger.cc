@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {
 namespace {
 
-bool ProcessAlive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
 class FileLock {
  public:
@@ -55,7 +55,7 @@ std::vector<Reservation> ResourceLedger::ReadLive() {
     r.memory_bytes = j.value("memory_bytes", uint64_t{0});
     r.cores = j.value("cores", std::vector<uint32_t>{});
     r.gpus = j.value("gpus", std::vector<std::string>{});
-    if (!ProcessAlive(r.owner_pid)) {
+    if (!ProcessRunning(r.owner_pid)) {
       std::filesystem::remove(entry.path(), ec);  // its master is gone: the hold is stale
       continue;
     }

@@ -1,0 +1,83 @@
+"""The job directory: what `shoal run` leaves under --jobs-dir/<job id>/."""
+
+import datetime
+import json
+import os
+import re
+import stat
+
+import shoal_e2e as e2e
+
+
+def test_job_directory_layout(write_job, run_shoal, jobs_dir, shoal_status):
+    text = """\
+# a comment, kept as submitted
+name: layout
+roles:
+  worker:
+    instances: 2
+    command: ["/bin/sh", "-c", "echo out-$SHOAL_INDEX; echo err-$SHOAL_INDEX >&2"]
+    resources: {cpus: 0.5}
+"""
+    job = write_job(text)
+    r = run_shoal("run", job, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    job_id = job_dir.name
+
+    m = re.fullmatch(r"layout-(\d{8}-\d{6})-[0-9a-f]{4}", job_id)
+    assert m, job_id
+    datetime.datetime.strptime(m.group(1), "%Y%m%d-%H%M%S")
+    assert f"job {job_id}" in r.stderr
+
+    assert (job_dir / "spec.yaml").read_text() == text
+    submit = json.loads((job_dir / "submit.json").read_text())
+    assert isinstance(submit, dict) and submit.get("job_id", job_id) == job_id
+    token = job_dir / "token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert token.read_text().strip()
+    master = json.loads((job_dir / "master.json").read_text())
+    assert isinstance(master, dict)
+
+    events = e2e.read_events(job_dir)
+    assert events and events[0]["type"] == "job_submitted"
+
+    logs = (job_dir / "logs.txt").read_text().splitlines()
+    assert sorted(logs) == sorted(["worker:0 | out-0", "worker:0 | err-0",
+                                   "worker:1 | out-1", "worker:1 | err-1"])
+    for i in (0, 1):
+        task_dir = job_dir / "tasks" / f"worker-{i}"
+        assert (task_dir / "stdout").read_text() == f"out-{i}\n"
+        assert (task_dir / "stderr").read_text() == f"err-{i}\n"
+
+    # agents/<node>/: the agent's own files, among them the cluster spec
+    agent_dir = job_dir / "agents" / "local"
+    assert agent_dir.is_dir()
+    assert "cluster" in json.loads((agent_dir / "cluster.json").read_text())
+    assert (job_dir / "master.log").is_file()
+
+    # status.json has the form of `shoal status --json`, and the same content once it ended
+    master_pid = master.get("pid")
+    if master_pid:
+        e2e.wait_until(lambda: not os.path.exists(f"/proc/{master_pid}"), 30,
+                       "the master to exit")
+    on_disk = json.loads((job_dir / "status.json").read_text())
+    shown = shoal_status(job_id)
+    for key in ("job_id", "name", "state", "reason", "tasks"):
+        assert on_disk[key] == shown[key], key
+    assert on_disk["state"] == "succeeded"
+
+
+def test_relative_job_file_path(write_job, run_shoal, jobs_dir, tmp_path):
+    """A job file named relative to the client's cwd: tasks start in its directory."""
+    sub = tmp_path / "jobfiles"
+    write_job("""
+        name: relpath
+        roles:
+          worker: {command: ["/bin/sh", "-c", "pwd"], resources: {cpus: 0.5}}
+        """, name="rel.yaml", directory=sub)
+    r = run_shoal("run", "-q", "jobfiles/rel.yaml", cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"worker:0 | {sub}" in r.stdout.splitlines()
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    assert job_dir.name.startswith("relpath-")
