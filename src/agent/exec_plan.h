@@ -28,7 +28,8 @@ class ExecPlan {
   };
 
   // Starts a child (clone with CLONE_VM | CLONE_VFORK, like posix_spawn) that resets its signal
-  // dispositions and mask, makes itself leader of a new process group, joins the cgroups whose
+  // dispositions and mask, makes itself leader of a new process group, is born in the cgroup v2
+  // directory `into_cgroup_fd` (-1: none; clone3 CLONE_INTO_CGROUP), joins the cgroups whose
   // cgroup.procs files are given, redirects stdio to the given fds (0-2 in the child), chdirs,
   // pins its CPUs, marks every other fd close-on-exec and execs. Returns once exec succeeded, as
   // reported through a close-on-exec pipe. Errors (a cgroup that cannot be joined, a missing
@@ -37,8 +38,15 @@ class ExecPlan {
   // The child gets PR_SET_PDEATHSIG(SIGKILL): it dies with the calling *thread*, so call this
   // from a thread that lives as long as the agent (the agent launches from its main thread).
   // REQUIRES: calls are serialised (one child stack is shared).
-  absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd,
+  absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd, int into_cgroup_fd,
                               const std::vector<std::string>& cgroup_procs) const;
+
+  // Default true: the child dies with the spawning thread (tasks never outlive their agent).
+  // A backend starting an agent sets false: an agent must outlive a master that restarts.
+  void set_die_with_parent(bool die) { die_with_parent_ = die; }
+
+  // Whether Spawn honours into_cgroup_fd (clone3 with a trampoline exists for this CPU).
+  static bool CanStartInCgroup();
 
   const std::string& command() const { return argv_.front(); }
 
@@ -52,6 +60,7 @@ class ExecPlan {
   std::string search_path_;             // the PATH used, for error messages
   std::string working_dir_;
   bool pin_cpus_ = false;
+  bool die_with_parent_ = true;
   cpu_set_t cpus_{};
 };
 

@@ -263,12 +263,22 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
     absl::StatusOr<ExecPlan::Child> child;
     {
       absl::MutexLock launch_lock(&launch_mu_);
+      // The first cgroup v2 directory is entered at birth (CLONE_INTO_CGROUP), the others
+      // (v1 hierarchies) by the child before exec.
       std::vector<std::string> procs;
+      UniqueFd into;
       if (cgroup != nullptr) {
-        for (const auto& dir : cgroup->dirs()) procs.push_back(dir.path + "/cgroup.procs");
+        for (const auto& dir : cgroup->dirs()) {
+          if (dir.v2 && !into.valid() && ExecPlan::CanStartInCgroup()) {
+            into.Reset(::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+            if (into.valid()) continue;
+          }
+          procs.push_back(dir.path + "/cgroup.procs");
+        }
       }
       spawner_->Run([&] {
-        child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(), procs);
+        child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(),
+                           into.valid() ? into.get() : -1, procs);
       });
       // Closed before the next launch can fork, so that no sibling holds them even briefly.
       stdout_writer.Reset();

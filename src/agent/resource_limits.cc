@@ -1,5 +1,7 @@
 #include "agent/resource_limits.h"
 
+#include <filesystem>
+
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -204,6 +206,20 @@ ResourceLimits::~ResourceLimits() {
     cgroup_fs::RemoveDir(h->instance_dir).IgnoreError();
     // Shared by every agent instance on the machine: EBUSY while another one lives.
     cgroup_fs::RemoveDir(h->name_dir).IgnoreError();
+  }
+}
+
+void ResourceLimits::RemoveStaleInstances(std::chrono::seconds min_age) const {
+  auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto* h : {&memory_, &tracking_}) {
+    if (!h->has_value()) continue;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator((*h)->name_dir, ec)) {
+      if (!entry.is_directory(ec) || entry.path().string() == (*h)->instance_dir) continue;
+      auto created = std::filesystem::last_write_time(entry.path(), ec);
+      if (ec || now - created < min_age) continue;
+      cgroup_fs::RemoveTree(entry.path().string()).IgnoreError();
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,11 @@ class ResourceLimits {
 
   // One line, e.g. "memory limits: cgroup v1 memory at ...; process tracking: cgroup v2 at ...".
   std::string Describe() const;
+
+  // Removes the directories of other instances (siblings under <cgroup_name>) created more
+  // than `min_age` ago, with everything below them; ones with processes inside stay (rmdir
+  // fails while any remain). Cleans up after owners that were killed before they could.
+  void RemoveStaleInstances(std::chrono::seconds min_age) const;
 
   // One-line facts worth telling an operator once, e.g. that memory limits are advisory.
   const std::vector<std::string>& notices() const { return notices_; }

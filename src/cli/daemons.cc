@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <future>
 #include <cstdlib>
 #include <thread>
 
@@ -51,17 +52,6 @@ class SignalWatcher {
   std::atomic<bool> done_{false};
   std::thread thread_;
 };
-
-// cgroup.procs takes a single write of "0" (this process); no temporary file, no rename.
-absl::Status JoinCgroup(const std::string& procs) {
-  int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open " + procs, errno);
-  ssize_t n = ::write(fd, "0", 1);
-  int err = errno;
-  ::close(fd);
-  if (n != 1) return ErrnoStatus("write " + procs, err);
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -129,14 +119,6 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary)
 
 int RunAgentDaemon(const AgentFlags& flags) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l agent: %v");
-  // First of all, enter the cgroup the backend made for this agent, so that every process the
-  // agent ever starts is below it and can be killed with it.
-  for (const auto& procs : flags.join_cgroups) {
-    if (auto st = JoinCgroup(procs); !st.ok()) {
-      spdlog::error("cannot join cgroup {}: {}", procs, st.ToString());
-      return 2;
-    }
-  }
   agent::AgentOptions options;
   options.master_address = flags.master;
   const char* token = std::getenv("SHOAL_AGENT_TOKEN");

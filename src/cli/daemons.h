@@ -16,7 +16,6 @@ struct AgentFlags {
   uint32_t ports = 0;
   uint32_t master_grace_ms = 10000;
   bool keep_task_output = true;
-  std::vector<std::string> join_cgroups;  // cgroup.procs files the agent enters first
   std::optional<uint32_t> fake_gpus;
 };
 // `shoal agent ...`: one node's agent, started by a backend.

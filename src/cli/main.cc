@@ -76,8 +76,6 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--master-grace-ms", agent.master_grace_ms,
                         "Kill every task after the master is unreachable this long");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
-  agent_cmd->add_option("--join-cgroup", agent.join_cgroups,
-                        "A cgroup.procs file to enter before anything else (repeatable)");
   bool no_task_output = false;
   agent_cmd->add_flag("--no-task-output", no_task_output,
                       "Keep no copy of task output (the master's job directory is on this machine)");

@@ -1,7 +1,7 @@
 #include "backends/local/local_backend.h"
 
 #include <signal.h>
-#include <spawn.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/byte_size.h"
+#include "agent/exec_plan.h"
 #include "common/files.h"
 
 extern char** environ;
@@ -131,41 +132,49 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
     args.push_back("--fake-gpus");
     args.push_back(std::to_string(*options_.fake_gpus));
   }
+  // The agent gets a cgroup of its own and is born in it; it makes its tasks' cgroups below,
+  // so killing this one subtree reaches every task even when the agent hangs or dies.
   agent::ResourceLimits::Options cg;
   cg.cgroup_name = "shoal-jobs";
   cg.instance_id = options.job_id;
   limits_ = agent::ResourceLimits::Detect(cg);
+  // Cgroups left by jobs whose master was killed. A live job's cgroup holds its agent from its
+  // first moment, so it is busy and stays; the age keeps us off one being set up right now.
+  limits_->RemoveStaleInstances(std::chrono::seconds(60));
   if (auto made = limits_->CreateTask("agent", 0); made.ok() && *made) {
     agent_cgroup_ = std::move(*made);
+  }
+  agent::ProcessSpec spec;
+  spec.key = "agent:" + options.job_id;
+  spec.argv = args;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || entry.compare(0, eq, "SHOAL_AGENT_TOKEN") == 0) continue;
+    spec.env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  spec.env["SHOAL_AGENT_TOKEN"] = options.token;
+  auto plan = agent::ExecPlan::Build(spec);
+  if (!plan.ok()) return plan.status();
+  plan->set_die_with_parent(false);
+  int into = -1;
+  std::vector<std::string> procs;
+  if (agent_cgroup_) {
     for (const auto& dir : agent_cgroup_->dirs()) {
-      args.push_back("--join-cgroup");
-      args.push_back(dir.path + "/cgroup.procs");
+      if (dir.v2 && into < 0 && agent::ExecPlan::CanStartInCgroup()) {
+        into = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (into >= 0) continue;
+      }
+      procs.push_back(dir.path + "/cgroup.procs");
     }
   }
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "SHOAL_AGENT_TOKEN=", 18) != 0) env_strings.emplace_back(*e);
-  }
-  env_strings.push_back("SHOAL_AGENT_TOKEN=" + options.token);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Its own process group: a Ctrl-C meant for the client never reaches the agent directly.
-  // The master blocks signals for its sigwait thread; the agent must not inherit that.
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-  posix_spawnattr_setpgroup(&attr, 0);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoStatus(absl::StrCat("start agent ", options.shoal_binary), rc);
+  int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // The agent's own log lines go where the master's go (master.log).
+  auto child = plan->Spawn(dev_null, STDOUT_FILENO, STDERR_FILENO, into, procs);
+  if (dev_null >= 0) ::close(dev_null);
+  if (into >= 0) ::close(into);
+  if (!child.ok()) return child.status();
+  pid_t pid = child->pid;
   {
     std::lock_guard<std::mutex> lock(mu_);
     agent_pid_ = pid;
