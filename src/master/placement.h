@@ -14,12 +14,13 @@ struct PlacedTask {
   std::string role;
   uint32_t index = 0;
   std::string node;
-  std::vector<uint32_t> cores;   // exclusive cores to pin to; empty: not pinned
+  std::vector<uint32_t> cores;   // the job's cores on the node, to pin to; empty: not pinned
   std::vector<std::string> gpus;
 };
 
 // Assigns every task (in the order of `tasks`, i.e. rank order) to a granted node, first fit by
-// CPUs, memory and GPUs, and hands out the node's pinnable cores and GPUs. All or nothing: an
+// CPUs, memory and GPUs, and hands out the node's GPUs. A task asking for whole CPUs is pinned
+// to the cores the job holds on its node (shared by the job's tasks, kept from other jobs). All or nothing: an
 // error names the first task that does not fit.
 absl::StatusOr<std::vector<PlacedTask>> PlaceTasks(const spec::JobSpec& job,
                                                    const std::vector<TaskRecord>& tasks,

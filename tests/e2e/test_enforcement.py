@@ -1,4 +1,4 @@
-"""Resource enforcement (docs/configuration.md): CPU pinning for whole-CPU tasks, and the
+"""Resource enforcement (docs/configuration.md): CPU pinning for whole-CPU jobs, and the
 tracking cgroup that catches processes escaping their process group with setsid."""
 
 import json
@@ -20,11 +20,28 @@ def affinities(stdout):
     return got
 
 
-def test_whole_cpus_are_pinned_to_distinct_cores(write_job, run_shoal):
+def test_whole_cpu_job_is_pinned_to_the_cores_it_holds(write_job, run_shoal):
     machine = os.sched_getaffinity(0)
     assert len(machine) >= 2
     job = write_job(f"""
         name: pinned
+        roles:
+          worker:
+            instances: 1
+            command: {json.dumps(AFFINITY)}
+            resources: {{cpus: 1}}
+        """)
+    r = run_shoal("run", "-q", job, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = affinities(r.stdout)
+    assert set(got) == {"worker:0"}, r.stdout
+    assert len(got["worker:0"]) == 1 and got["worker:0"] <= machine, got
+
+
+def test_tasks_of_one_job_share_its_cores(write_job, run_shoal):
+    machine = os.sched_getaffinity(0)
+    job = write_job(f"""
+        name: shared
         roles:
           worker:
             instances: 2
@@ -35,9 +52,8 @@ def test_whole_cpus_are_pinned_to_distinct_cores(write_job, run_shoal):
     assert r.returncode == 0, r.stderr
     got = affinities(r.stdout)
     assert set(got) == {"worker:0", "worker:1"}, r.stdout
-    assert all(len(c) == 1 for c in got.values()), got
-    assert got["worker:0"].isdisjoint(got["worker:1"]), got
-    assert got["worker:0"] | got["worker:1"] <= machine
+    assert got["worker:0"] == got["worker:1"], got
+    assert len(got["worker:0"]) == 2 and got["worker:0"] <= machine, got
 
 
 def test_fractional_cpus_are_not_pinned(write_job, run_shoal):

@@ -25,13 +25,21 @@ backends::NodeGrant Node(const std::string& name, double cpus, std::vector<uint3
   return {name, "127.0.0.1", cpus, memory, std::move(cores), std::move(gpus)};
 }
 
-TEST(PlacementTest, PinsWholeCoreTasksToDistinctCores) {
+TEST(PlacementTest, PinsWholeCoreTasksToEveryCoreTheJobHolds) {
   auto job = Job(2, 1);
   JobState state(job);
-  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {0, 1})});
+  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {2, 3})});
   ASSERT_TRUE(placed.ok()) << placed.status();
-  EXPECT_EQ((*placed)[0].cores, std::vector<uint32_t>{0});
-  EXPECT_EQ((*placed)[1].cores, std::vector<uint32_t>{1});
+  EXPECT_EQ((*placed)[0].cores, (std::vector<uint32_t>{2, 3}));
+  EXPECT_EQ((*placed)[1].cores, (std::vector<uint32_t>{2, 3}));
+}
+
+TEST(PlacementTest, NodeWithoutReservedCoresPinsNothing) {
+  auto job = Job(2, 1);
+  JobState state(job);
+  auto placed = PlaceTasks(job, state.tasks(), {Node("local", 2, {})});
+  ASSERT_TRUE(placed.ok());
+  for (const auto& p : *placed) EXPECT_TRUE(p.cores.empty());
 }
 
 TEST(PlacementTest, FractionalCpusAreNotPinned) {

@@ -17,8 +17,7 @@
 #include "common/byte_size.h"
 #include "agent/exec_plan.h"
 #include "common/files.h"
-
-extern char** environ;
+#include "common/process.h"
 
 namespace shoal::backends {
 
@@ -147,12 +146,7 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
   agent::ProcessSpec spec;
   spec.key = "agent:" + options.job_id;
   spec.argv = args;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string entry(*e);
-    size_t eq = entry.find('=');
-    if (eq == std::string::npos || entry.compare(0, eq, "SHOAL_AGENT_TOKEN") == 0) continue;
-    spec.env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
+  spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
   spec.env["SHOAL_AGENT_TOKEN"] = options.token;
   auto plan = agent::ExecPlan::Build(spec);
   if (!plan.ok()) return plan.status();
