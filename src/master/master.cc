@@ -310,7 +310,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
   auto refuse = [&](const std::string& why) {
     r->set_accepted(false);
     r->set_reason(why);
-    session.connection->Send(reply);
+    SendToAgent(session, reply);
     Journal({{"type", "agent_refused"}, {"node", req.node_name()}, {"reason", why}});
     spdlog::warn("refused agent for node {}: {}", req.node_name(), why);
   };
@@ -331,7 +331,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
   session.free_ports.assign(req.free_ports().begin(), req.free_ports().end());
   session.address = req.inventory().address();
   r->set_accepted(true);
-  session.connection->Send(reply);
+  SendToAgent(session, reply);
   Journal({{"type", "agent_registered"},
            {"node", session.node},
            {"hostname", req.inventory().hostname()},
@@ -386,7 +386,7 @@ void Master::CompleteRendezvous() {
   cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
   cluster.mutable_cluster()->set_generation(plan_.restart_count);
   for (auto& [id, s] : sessions_) {
-    if (s.registered) s.connection->Send(cluster);
+    if (s.registered) SendToAgent(s, cluster);
   }
   LaunchReadyRoles();
 }
@@ -426,9 +426,11 @@ void Master::LaunchReadyRoles() {
       TaskRecord* rec = state_.Find(t.role, t.index);
       AgentSession* s = SessionForNode(t.node);
       Transition(*rec, TaskState::kStarting);
-      if (s == nullptr || !s->connection->Send(msg)) {
+      if (s == nullptr) {
         rec->exit_code = -1;
         Transition(*rec, TaskState::kFailed, "could not be sent to its agent");
+      } else {
+        SendToAgent(*s, msg);  // a lost agent shows up as its disconnection
       }
     }
   }
@@ -627,7 +629,9 @@ void Master::BeginStopping(JobPhase outcome, const std::string& reason) {
   }
   for (auto& [node, msg] : stops) {
     AgentSession* s = SessionForNode(node);
-    if (s == nullptr || !s->connection->Send(msg)) {
+    if (s != nullptr) {
+      SendToAgent(*s, msg);
+    } else {
       for (auto& t : state_.tasks()) {
         if (t.node == node && !IsTerminal(t.state)) Transition(t, TaskState::kKilled, "its agent is gone");
       }
@@ -654,8 +658,9 @@ void Master::Finish() {
   for (auto& [id, s] : sessions_) {
     v1::MasterMessage msg;
     msg.mutable_shutdown()->set_reason("the job has ended");
-    s.connection->Send(msg);
+    SendToAgent(s, msg);
   }
+  Commit();  // now, not after the batch: the agents exit on it, and Release waits for them
   backend_->Release();
   for (auto& [id, s] : sessions_) s.connection->Close();
   finished_unix_ms_ = options_.clock->UnixMillis();
@@ -696,10 +701,20 @@ void Master::Transition(TaskRecord& task, TaskState to, const std::string& reaso
   if (auto record = state_.Transition(task, to, reason)) Journal(std::move(*record));
 }
 
-void Master::AfterBatch() {
+void Master::SendToAgent(AgentSession& session, const v1::MasterMessage& message) {
+  outbox_.emplace_back(session.connection, std::make_unique<v1::MasterMessage>(message));
+}
+
+void Master::Commit() {
   if (auto st = journal_->Sync(); !st.ok()) {
     spdlog::error("the events journal cannot be written: {}", st.ToString());
   }
+  for (auto& [connection, message] : outbox_) connection->Send(*message);
+  outbox_.clear();
+}
+
+void Master::AfterBatch() {
+  Commit();
   if (combined_log_) std::fflush(combined_log_);
   for (auto& [k, sink] : log_sinks_) {
     if (sink.out) std::fflush(sink.out);

@@ -137,6 +137,10 @@ class Master {
   void Journal(nlohmann::json record);
   void Transition(TaskRecord& task, TaskState to, const std::string& reason = "");
   void AfterBatch();
+  // Makes the journal durable, then sends what the batch queued for agents: an agent never acts
+  // on a change the journal could lose.
+  void Commit();
+  void SendToAgent(AgentSession& session, const v1::MasterMessage& message);
   void PublishStatus();
   void WriteStatusFile();
   void EmitLogLine(const std::string& prefixed_line);
@@ -164,6 +168,8 @@ class Master {
   std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
   std::set<std::string> granted_nodes_;
   std::map<std::string, LogSink> log_sinks_;
+  std::vector<std::pair<std::shared_ptr<AgentConnection>, std::unique_ptr<v1::MasterMessage>>>
+      outbox_;
   std::FILE* combined_log_ = nullptr;
   std::vector<std::string> launched_roles_;
   bool status_dirty_ = true;

@@ -1,0 +1,155 @@
+// The master's control plane refuses bad callers and bad agents, and changes nothing for them.
+// A real Master on loopback; the backend grants places but starts nothing, so the test plays
+// the agents itself over the real protocol.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "backends/backend.h"
+#include "common/journal.h"
+#include "master/master.h"
+#include "shoal/v1/shoal.grpc.pb.h"
+
+namespace shoal::master {
+namespace {
+
+class GrantOnlyBackend final : public backends::Backend {
+ public:
+  std::string Name() const override { return "test"; }
+  absl::StatusOr<std::vector<backends::NodeGrant>> Acquire(const spec::JobSpec&,
+                                                           const std::string&) override {
+    return std::vector<backends::NodeGrant>{{"node-a", "127.0.0.1", 4, 1ull << 30, {}, {}}};
+  }
+  absl::Status StartAgents(const backends::AgentStartOptions&) override {
+    return absl::OkStatus();
+  }
+  void SetPlaceLostCallback(PlaceLostCallback) override {}
+  void TerminatePlace(const std::string&) override {}
+  void Release() override {}
+};
+
+class MasterServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shoal-master-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    spec::JobSpec job;
+    job.name = "svc";
+    spec::Role role;
+    role.name = "worker";
+    role.instances = 1;
+    role.argv = {"/bin/true"};
+    role.working_dir = "/";
+    job.roles.push_back(role);
+    job.success_roles = {"worker"};
+    MasterOptions options;
+    options.job_id = "svc-test";
+    options.job_dir = dir_.string();
+    options.spec = job;
+    options.token = "right-token";
+    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>());
+    ASSERT_TRUE(m.ok()) << m.status();
+    master_ = std::move(*m);
+    ASSERT_TRUE(master_->Start().ok());
+    stub_ = v1::Master::NewStub(
+        grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    master_->Kill("test over");
+    master_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Opens an agent stream with `token`, sends `reg`, returns the first reply (or the status
+  // the stream ended with).
+  std::pair<std::optional<v1::MasterMessage>, grpc::Status> RegisterWith(
+      const std::string& token, const v1::AgentMessage& reg) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub_->AgentSession(&ctx);
+    stream->Write(reg);
+    v1::MasterMessage reply;
+    std::optional<v1::MasterMessage> got;
+    if (stream->Read(&reply)) {
+      got = reply;
+      ctx.TryCancel();  // done with it; otherwise the stream already ended with its status
+    }
+    return {got, stream->Finish()};
+  }
+
+  static v1::AgentMessage Registration(const std::string& node, int version) {
+    v1::AgentMessage m;
+    m.mutable_register_()->set_version(static_cast<v1::ProtocolVersion>(version));
+    m.mutable_register_()->set_node_name(node);
+    m.mutable_register_()->mutable_inventory()->set_address("127.0.0.1");
+    m.mutable_register_()->add_free_ports(23456);
+    return m;
+  }
+
+  std::vector<nlohmann::json> Events(const std::string& type) {
+    std::vector<nlohmann::json> out;
+    auto all = Journal::ReadAll((dir_ / "events.jsonl").string());
+    if (!all.ok()) return out;
+    for (auto& r : *all) {
+      if (r.value("type", "") == type) out.push_back(r);
+    }
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Master> master_;
+  std::unique_ptr<v1::Master::Stub> stub_;
+};
+
+TEST_F(MasterServiceTest, ClientWithoutTheTokenIsRefusedAndLearnsNothing) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer wrong-token");
+  v1::JobStatus status;
+  grpc::Status st = stub_->GetStatus(&ctx, v1::GetStatusRequest(), &status);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(status.job_id().empty());
+}
+
+TEST_F(MasterServiceTest, KillWithoutTheTokenChangesNothing) {
+  grpc::ClientContext ctx;  // no authorization at all
+  v1::KillReply reply;
+  grpc::Status st = stub_->Kill(&ctx, v1::KillRequest(), &reply);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Events("kill_requested").empty());
+}
+
+TEST_F(MasterServiceTest, AgentWithoutTheTokenIsRefused) {
+  auto [reply, st] = RegisterWith("wrong-token", Registration("node-a", 1));
+  EXPECT_FALSE(reply.has_value());
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Events("agent_registered").empty());
+}
+
+TEST_F(MasterServiceTest, AgentOfAnotherProtocolVersionIsRefusedWithTheReason) {
+  auto [reply, st] = RegisterWith("right-token", Registration("node-a", 99));
+  ASSERT_TRUE(reply.has_value()) << st.error_message();
+  ASSERT_TRUE(reply->has_register_reply());
+  EXPECT_FALSE(reply->register_reply().accepted());
+  EXPECT_NE(reply->register_reply().reason().find("protocol version 99"), std::string::npos)
+      << reply->register_reply().reason();
+  EXPECT_TRUE(Events("agent_registered").empty());
+  EXPECT_EQ(Events("agent_refused").size(), 1u);
+}
+
+TEST_F(MasterServiceTest, AgentForANodeThatWasNotGrantedIsRefused) {
+  auto [reply, st] = RegisterWith("right-token", Registration("node-zzz", 1));
+  ASSERT_TRUE(reply.has_value()) << st.error_message();
+  EXPECT_FALSE(reply->register_reply().accepted());
+  EXPECT_NE(reply->register_reply().reason().find("node-zzz"), std::string::npos);
+  EXPECT_TRUE(Events("rendezvous").empty());
+}
+
+}  // namespace
+}  // namespace shoal::master
