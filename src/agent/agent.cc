@@ -190,9 +190,15 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   };
   SupervisorOptions sup;
   sup.instance_id = absl::StrCat(agent->options_.node_name, "-", ::getpid());
-  auto supervisor = ProcessSupervisor::Create(sup, std::move(callbacks));
-  if (!supervisor.ok()) return supervisor.status();
-  agent->supervisor_ = std::move(*supervisor);
+  // Setting up cgroups takes several milliseconds: it runs while the agent dials and registers,
+  // and only the first launch waits for it.
+  agent->supervisor_ready_ =
+      std::async(std::launch::async, [self, sup, callbacks = std::move(callbacks)]() mutable {
+        auto supervisor = ProcessSupervisor::Create(sup, std::move(callbacks));
+        if (!supervisor.ok()) return supervisor.status();
+        self->supervisor_ = std::move(*supervisor);
+        return absl::OkStatus();
+      }).share();
   return agent;
 }
 
@@ -204,6 +210,7 @@ Agent::~Agent() {
   shutting_down_ = true;
   cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (supervisor_ready_.valid()) supervisor_ready_.wait();
   supervisor_.reset();  // kills anything left
   link_->Finish();
 }
@@ -328,6 +335,7 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       break;
     case v1::MasterMessage::kStop: {
       auto grace = std::chrono::milliseconds(message.stop().grace_ms());
+      if (Supervisor() == nullptr) break;  // it never started anything
       if (message.stop().tasks().empty()) {
         supervisor_->StopAll(grace);
         break;
@@ -389,6 +397,14 @@ void Agent::Launch(const v1::MasterMessage& message) {
     starting_.insert(key);
     live_.insert(key);
   }
+  if (Supervisor() == nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      starting_.erase(key);
+      live_.erase(key);
+    }
+    return fail(std::string(supervisor_ready_.get().message()));
+  }
   auto pid = supervisor_->Launch(spec);
   if (!pid.ok()) {
     {
@@ -434,7 +450,12 @@ void Agent::HeartbeatLoop() {
   }
 }
 
+ProcessSupervisor* Agent::Supervisor() {
+  return supervisor_ready_.get().ok() ? supervisor_.get() : nullptr;
+}
+
 void Agent::StopTasksAndWait(std::chrono::milliseconds grace) {
+  if (Supervisor() == nullptr) return;
   supervisor_->StopAll(grace);
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, grace + std::chrono::seconds(5), [&] { return live_.empty(); });

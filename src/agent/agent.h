@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,7 +67,12 @@ class Agent {
   void OnExit(const std::string& key, const ProcessExit& exit);
 
   AgentOptions options_;
-  std::unique_ptr<ProcessSupervisor> supervisor_;
+  // Waits until the supervisor exists; null if it could not be created (the reason is in
+  // supervisor_ready_).
+  ProcessSupervisor* Supervisor();
+
+  std::unique_ptr<ProcessSupervisor> supervisor_;  // set once supervisor_ready_ is ready
+  std::shared_future<absl::Status> supervisor_ready_;
   std::unique_ptr<MasterLink> link_;
   std::thread heartbeat_thread_;
   std::atomic<bool> stop_requested_{false};
