@@ -42,10 +42,25 @@ std::string ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
+// Every temporary directory of this binary, removed when the last test has run.
+std::vector<std::string>& TempDirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+class RemoveTempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const auto& dir : TempDirs()) std::filesystem::remove_all(dir);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
 std::string MakeTempDir() {
   std::string pattern = ::testing::TempDir() + "shoal_supervisor_XXXXXX";
   char* dir = ::mkdtemp(pattern.data());
   EXPECT_NE(dir, nullptr);
+  TempDirs().push_back(pattern);
   return pattern;
 }
 

@@ -72,6 +72,8 @@ TEST(ResourceLimitsTest, PlainDirectoryMeansAdvisoryLimitsWithReasons) {
   ASSERT_TRUE(task.ok()) << task.status();
   EXPECT_EQ(*task, nullptr);
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "nothing may be created in a non-cgroup dir";
+  limits.reset();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ResourceLimitsTest, TaskCgroupLimitsJoinsKillsAndRemoves) {

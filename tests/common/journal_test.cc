@@ -11,10 +11,20 @@
 namespace shoal {
 namespace {
 
+std::filesystem::path TempDir() {
+  return std::filesystem::temp_directory_path() / ("shoal-journal-" + std::to_string(::getpid()));
+}
+
+class RemoveTempDir : public ::testing::Environment {
+ public:
+  void TearDown() override { std::filesystem::remove_all(TempDir()); }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDir =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDir);
+
 std::string TempPath(const char* name) {
-  auto dir = std::filesystem::temp_directory_path() / ("shoal-journal-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  std::filesystem::create_directories(TempDir());
+  return (TempDir() / name).string();
 }
 
 TEST(JournalTest, RecordsBecomeVisibleOnlyAfterSync) {

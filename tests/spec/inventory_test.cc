@@ -16,6 +16,17 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
+// Removes this binary's temporary root once every test has run.
+class RemoveTempRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::filesystem::remove_all(std::filesystem::path(::testing::TempDir()) /
+                                ("inventory_test_" + std::to_string(::getpid())));
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempRoot =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempRoot);
+
 std::filesystem::path MakeTempDir(const std::string& name) {
   std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
                               ("inventory_test_" + std::to_string(::getpid())) / name;

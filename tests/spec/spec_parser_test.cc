@@ -41,6 +41,17 @@ std::vector<std::string> Lines(const std::string& message) {
 }
 
 // A fresh directory under the test temp dir.
+// Removes this binary's temporary root once every test has run.
+class RemoveTempRoot : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::filesystem::remove_all(std::filesystem::path(::testing::TempDir()) /
+                                ("spec_parser_test_" + std::to_string(::getpid())));
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempRoot =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempRoot);
+
 std::filesystem::path MakeTempDir(const std::string& name) {
   std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
                               ("spec_parser_test_" + std::to_string(::getpid())) / name;
