@@ -13,6 +13,7 @@
 #include "frameworks/framework_env.h"
 #include "master/job_status_json.h"
 #include "master/master_service.h"
+#include "master/task_logs.h"
 #include "master/watch_queue.h"
 #include "shoal/v1/shoal.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -58,9 +59,9 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
   auto journal = Journal::Open(master->options_.job_dir + "/events.jsonl");
   if (!journal.ok()) return journal.status();
   master->journal_ = std::move(*journal);
-  auto combined = master->options_.job_dir + "/logs.txt";
-  master->combined_log_ = std::fopen(combined.c_str(), "a");
-  if (master->combined_log_ == nullptr) return ErrnoStatus("open " + combined, errno);
+  auto logs = TaskLogs::Open(master->options_.job_dir);
+  if (!logs.ok()) return logs.status();
+  master->logs_ = std::move(*logs);
   return master;
 }
 
@@ -72,11 +73,6 @@ Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend
 Master::~Master() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   loop_.Stop();
-  for (auto& [key, sink] : log_sinks_) {
-    if (sink.out) std::fclose(sink.out);
-    if (sink.err) std::fclose(sink.err);
-  }
-  if (combined_log_) std::fclose(combined_log_);
 }
 
 absl::Status Master::Start() {
@@ -455,16 +451,8 @@ void Master::OnTaskExited(const v1::AgentMessage& message) {
   const auto& m = message.task_exited();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
   if (rec == nullptr) return;
-  // Flush whatever partial line the task left, so its last words are not lost. (A task that
-  // never printed has no sink: its log files are created on first output.)
-  if (auto it = log_sinks_.find(rec->Key()); it != log_sinks_.end()) {
-    for (auto& partial : it->second.partial) {
-      if (!partial.empty()) {
-        EmitLogLine(absl::StrCat(rec->Key(), " | ", partial, "\n"));
-        partial.clear();
-      }
-    }
-  }
+  // Whatever partial line the task left goes out too, so its last words are not lost.
+  if (std::string lines = logs_->FinishTask(rec->Key()); !lines.empty()) PublishLogLines(lines);
   rec->exit_code = m.exit_code();
   rec->signal = m.signal();
   if (!m.error().empty()) {
@@ -484,33 +472,12 @@ void Master::OnLog(const v1::AgentMessage& message) {
   const auto& m = message.log();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
   if (rec == nullptr) return;
-  LogSink& sink = SinkFor(rec->role, rec->index);
-  int stream = m.stream() == v1::LogChunk::STREAM_STDERR ? 1 : 0;
-  std::FILE* f = stream ? sink.err : sink.out;
-  if (f) std::fwrite(m.data().data(), 1, m.data().size(), f);
-  std::string& partial = sink.partial[stream];
-  partial += m.data();
-  size_t start = 0;
-  std::string prefix = rec->Key() + " | ";
-  std::string lines;
-  for (;;) {
-    size_t nl = partial.find('\n', start);
-    if (nl == std::string::npos) break;
-    lines += prefix;
-    lines.append(partial, start, nl - start + 1);
-    start = nl + 1;
-  }
-  partial.erase(0, start);
-  // A process that never prints a newline must not grow the buffer without bound.
-  if (partial.size() > 64 * 1024) {
-    lines += prefix + partial + "\n";
-    partial.clear();
-  }
-  if (!lines.empty()) EmitLogLine(lines);
+  std::string lines = logs_->Append(rec->Key(), TaskDirName(rec->role, rec->index),
+                                    m.stream() == v1::LogChunk::STREAM_STDERR, m.data());
+  if (!lines.empty()) PublishLogLines(lines);
 }
 
-void Master::EmitLogLine(const std::string& lines) {
-  if (combined_log_) std::fwrite(lines.data(), 1, lines.size(), combined_log_);
+void Master::PublishLogLines(const std::string& lines) {
   std::string serialized;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : watchers_) {
@@ -533,19 +500,6 @@ void Master::EmitNotice(const std::string& notice) {
   for (auto& w : watchers_) {
     if (auto q = w.lock()) q->Push(serialized, false);
   }
-}
-
-Master::LogSink& Master::SinkFor(const std::string& role, uint32_t index) {
-  std::string key = absl::StrCat(role, ":", index);
-  auto it = log_sinks_.find(key);
-  if (it != log_sinks_.end()) return it->second;
-  LogSink sink;
-  std::string dir = absl::StrCat(options_.job_dir, "/tasks/", TaskDirName(role, index));
-  if (MakeDirs(dir).ok()) {
-    sink.out = std::fopen((dir + "/stdout").c_str(), "a");
-    sink.err = std::fopen((dir + "/stderr").c_str(), "a");
-  }
-  return log_sinks_.emplace(key, std::move(sink)).first->second;
 }
 
 void Master::OnPlaceLost(const std::string& node, const std::string& why) {
@@ -715,11 +669,7 @@ void Master::Commit() {
 
 void Master::AfterBatch() {
   Commit();
-  if (combined_log_) std::fflush(combined_log_);
-  for (auto& [k, sink] : log_sinks_) {
-    if (sink.out) std::fflush(sink.out);
-    if (sink.err) std::fflush(sink.err);
-  }
+  logs_->Flush();
   if (!status_dirty_) return;
   // A large job changes thousands of task states in a burst: publish the whole status at most
   // every kStatusPublishInterval (the end of the job is always published at once).

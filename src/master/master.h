@@ -35,6 +35,7 @@ class WatchEvent;
 namespace shoal::master {
 
 class MasterService;
+class TaskLogs;
 class WatchQueue;
 
 struct MasterOptions {
@@ -110,12 +111,6 @@ class Master {
     std::vector<uint32_t> free_ports;
     std::string address;
   };
-  struct LogSink {
-    std::FILE* out = nullptr;
-    std::FILE* err = nullptr;
-    std::string partial[2];
-  };
-
   Master(MasterOptions options, std::unique_ptr<backends::Backend> backend);
 
   // All below run on the loop.
@@ -143,9 +138,8 @@ class Master {
   void SendToAgent(AgentSession& session, const v1::MasterMessage& message);
   void PublishStatus();
   void WriteStatusFile();
-  void EmitLogLine(const std::string& prefixed_line);
+  void PublishLogLines(const std::string& prefixed_lines);
   void EmitNotice(const std::string& notice);
-  LogSink& SinkFor(const std::string& role, uint32_t index);
   AgentSession* SessionForNode(const std::string& node);
 
   MasterOptions options_;
@@ -167,10 +161,9 @@ class Master {
   std::map<uint64_t, AgentSession> sessions_;
   std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
   std::set<std::string> granted_nodes_;
-  std::map<std::string, LogSink> log_sinks_;
+  std::unique_ptr<TaskLogs> logs_;
   std::vector<std::pair<std::shared_ptr<AgentConnection>, std::unique_ptr<v1::MasterMessage>>>
       outbox_;
-  std::FILE* combined_log_ = nullptr;
   std::vector<std::string> launched_roles_;
   bool status_dirty_ = true;
   // status.json is rewritten (with an fsync) at most every kStatusFileInterval while running,
