@@ -28,8 +28,6 @@ struct ClusterPlan {
   uint32_t restart_count = 0;
   uint32_t num_nodes = 1;
   std::vector<TaskPlacement> tasks;  // ordered by global rank
-
-  const TaskPlacement* Find(const std::string& role, uint32_t index) const;
 };
 
 }  // namespace shoal::frameworks

@@ -7,13 +7,6 @@
 
 namespace shoal::frameworks {
 
-const TaskPlacement* ClusterPlan::Find(const std::string& role, uint32_t index) const {
-  for (const auto& t : tasks) {
-    if (t.role == role && t.index == index) return &t;
-  }
-  return nullptr;
-}
-
 namespace {
 
 void AddShoalVariables(const spec::JobSpec& job, const ClusterPlan& plan, const TaskPlacement& task,

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <thread>
 
 #include "backends/backend.h"
+#include "common/clock.h"
 #include "common/journal.h"
 #include "master/master.h"
 #include "shoal/v1/shoal.grpc.pb.h"
@@ -52,6 +54,8 @@ class MasterServiceTest : public ::testing::Test {
     options.job_dir = dir_.string();
     options.spec = job;
     options.token = "right-token";
+    options.clock = &clock_;
+    options.heartbeat_interval = std::chrono::milliseconds(20);
     auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>());
     ASSERT_TRUE(m.ok()) << m.status();
     master_ = std::move(*m);
@@ -103,6 +107,7 @@ class MasterServiceTest : public ::testing::Test {
     return out;
   }
 
+  FakeClock clock_;
   std::filesystem::path dir_;
   std::unique_ptr<Master> master_;
   std::unique_ptr<v1::Master::Stub> stub_;
@@ -149,6 +154,29 @@ TEST_F(MasterServiceTest, AgentForANodeThatWasNotGrantedIsRefused) {
   EXPECT_FALSE(reply->register_reply().accepted());
   EXPECT_NE(reply->register_reply().reason().find("node-zzz"), std::string::npos);
   EXPECT_TRUE(Events("rendezvous").empty());
+}
+
+// Time is the fake clock's: the agent stays connected but sends nothing, and three missed
+// heartbeats pass without anyone sleeping for them.
+TEST_F(MasterServiceTest, SilentAgentIsDeclaredLostOnceItsHeartbeatsAreMissed) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer right-token");
+  auto stream = stub_->AgentSession(&ctx);
+  ASSERT_TRUE(stream->Write(Registration("node-a", 1)));
+  v1::MasterMessage reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_TRUE(reply.register_reply().accepted()) << reply.register_reply().reason();
+  EXPECT_TRUE(Events("agent_silent").empty());
+  clock_.Advance(std::chrono::seconds(10));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Events("agent_silent").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto silent = Events("agent_silent");
+  ASSERT_EQ(silent.size(), 1u);
+  EXPECT_EQ(silent[0].value("node", ""), "node-a");
+  ctx.TryCancel();
+  stream->Finish();
 }
 
 }  // namespace

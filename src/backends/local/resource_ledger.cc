@@ -86,10 +86,5 @@ absl::Status ResourceLedger::Remove(const std::string& job_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Reservation>> ResourceLedger::LiveReservations() {
-  if (auto st = MakeDirs(dir_); !st.ok()) return st;
-  FileLock lock(dir_ + "/lock");
-  return ReadLive();
-}
 
 }  // namespace shoal::backends

@@ -31,7 +31,6 @@ class ResourceLedger {
   absl::StatusOr<Reservation> ReserveIf(
       const std::function<absl::StatusOr<Reservation>(const std::vector<Reservation>&)>& decide);
   absl::Status Remove(const std::string& job_id);
-  absl::StatusOr<std::vector<Reservation>> LiveReservations();
 
  private:
   std::vector<Reservation> ReadLive();
