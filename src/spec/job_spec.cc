@@ -25,4 +25,23 @@ const char* FrameworkName(Framework f) {
   return "none";
 }
 
+const char* OnFailureName(OnFailure v) {
+  switch (v) {
+    case OnFailure::kFailJob: return "fail-job";
+    case OnFailure::kRestartTask: return "restart-task";
+    case OnFailure::kRestartGroup: return "restart-group";
+    case OnFailure::kElastic: return "elastic";
+  }
+  return "fail-job";
+}
+
+const char* RestartModeName(RestartMode v) {
+  switch (v) {
+    case RestartMode::kNever: return "never";
+    case RestartMode::kOnFailure: return "on-failure";
+    case RestartMode::kAlways: return "always";
+  }
+  return "never";
+}
+
 }  // namespace shoal::spec

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -16,6 +17,25 @@ struct Resources {
   uint32_t gpus = 0;
 };
 
+// What happens when a task of a role ends badly (docs/fault-tolerance.md).
+enum class OnFailure {
+  kFailJob,       // the job fails (the default)
+  kRestartTask,   // only that task is started again (roles that can rejoin: ps, evaluator)
+  kRestartGroup,  // every task of the group is stopped and a new rendezvous starts them all
+  kElastic,       // like restart-group, but the group shrinks to the survivors (>= min) and
+                  // grows back towards max when capacity returns
+};
+
+// Which exits trigger `on_failure`'s action.
+enum class RestartMode {
+  kNever,      // none: any failure fails the job
+  kOnFailure,  // a non-zero exit, a signal, a hang or a lost agent
+  kAlways,     // also a clean exit (services such as an evaluator loop); restart-task only
+};
+
+const char* OnFailureName(OnFailure v);
+const char* RestartModeName(RestartMode v);
+
 struct Role {
   std::string name;
   uint32_t instances = 1;
@@ -30,6 +50,19 @@ struct Role {
   Resources resources;
   bool untracked = false;       // stopped once the tracked roles finish; never decides outcome
   std::vector<std::string> depends_on;  // start only after these roles are all running
+
+  // Failure handling, resolved by the parser: the role's own keys, else the job's, else the
+  // defaults (fail-job; restart follows on_failure; max_restarts 3; no progress timeout).
+  OnFailure on_failure = OnFailure::kFailJob;
+  RestartMode restart = RestartMode::kNever;
+  // restart-task: per task; restart-group and elastic: failures of the whole group.
+  uint32_t max_restarts = 3;
+  // A task that reported a step through the SDK and then reports none for this long is hung:
+  // it is killed and handled as a failure. Zero: never.
+  std::chrono::milliseconds progress_timeout{0};
+  // Elastic roles only (`instances: {min, max}`): `instances` equals max_instances.
+  uint32_t min_instances = 0;  // 0: not elastic
+  uint32_t max_instances = 0;
   int line = 0;                 // line of the role's key in the job file, for messages
 
   // 1-based lines of the `resources` keys, so that checks made after parsing (CheckFitsMachine)
@@ -42,6 +75,41 @@ struct Role {
   ResourceLines resource_lines;
 };
 
+struct Backoff {
+  // The n-th restart (1-based) waits min(max, initial * 2^(n-1)).
+  std::chrono::milliseconds initial{1000};
+  std::chrono::milliseconds max{30000};
+};
+
+struct HeartbeatConfig {
+  std::chrono::milliseconds interval{1000};
+  uint32_t misses = 3;  // an agent silent for interval * misses is lost
+};
+
+struct CheckpointConfig {
+  // Absolute (resolved against the job file's directory). Empty: `checkpoints` under the job
+  // directory, which a later run of the same file does not see.
+  std::string dir;
+  uint32_t keep = 3;  // complete checkpoints kept; older ones are pruned after each save
+  bool configured = false;  // the job file has a `checkpoint` section
+};
+
+// A dataset handed out in shards, each leased to one worker at a time and completed exactly
+// once per epoch. Exactly one of `files` and `samples` is set.
+struct DatasetConfig {
+  std::vector<std::string> files;  // one shard per file, as written in the job file
+  uint64_t samples = 0;            // index ranges [0, samples) cut into shard_size pieces
+  uint64_t shard_size = 0;
+  uint32_t epochs = 1;
+  std::chrono::milliseconds lease_timeout{60000};
+  bool configured = false;
+
+  uint64_t NumShards() const {
+    if (!files.empty()) return files.size();
+    return shard_size == 0 ? 0 : (samples + shard_size - 1) / shard_size;
+  }
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kNone;
@@ -51,6 +119,14 @@ struct JobSpec {
   // `success.roles` list, else {"chief"} when a chief role exists, else every tracked role.
   std::vector<std::string> success_roles;
   std::string source_path;      // the file it was read from
+
+  // Job-wide failure handling; roles inherit on_failure, restart, max_restarts and
+  // progress_timeout from here unless they set their own.
+  OnFailure on_failure = OnFailure::kFailJob;
+  Backoff backoff;
+  HeartbeatConfig heartbeat;
+  CheckpointConfig checkpoint;
+  DatasetConfig dataset;
 
   const Role* FindRole(const std::string& name) const;
   uint32_t TotalTasks() const;

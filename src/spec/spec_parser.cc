@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -26,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/byte_size.h"
+#include "common/duration.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/parser.h"
 #include "yaml-cpp/yaml.h"
@@ -33,11 +36,25 @@
 namespace shoal::spec {
 namespace {
 
-constexpr absl::string_view kTopKeys[] = {"name", "framework", "success", "roles"};
-constexpr absl::string_view kRoleKeys[] = {"instances", "command",   "env",       "working_dir",
-                                          "resources", "untracked", "depends_on"};
+constexpr absl::string_view kTopKeys[] = {
+    "name",         "framework",        "success", "roles",     "on_failure", "restart",
+    "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset"};
+constexpr absl::string_view kRoleKeys[] = {
+    "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
+    "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
 constexpr absl::string_view kResourceKeys[] = {"cpus", "memory", "gpus"};
 constexpr absl::string_view kSuccessKeys[] = {"roles"};
+constexpr absl::string_view kInstancesKeys[] = {"min", "max"};
+constexpr absl::string_view kBackoffKeys[] = {"initial", "max"};
+constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
+constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
+constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
+                                              "lease_timeout"};
+// In the order the messages list them; the names come from job_spec.cc.
+constexpr OnFailure kOnFailureValues[] = {OnFailure::kFailJob, OnFailure::kRestartTask,
+                                          OnFailure::kRestartGroup, OnFailure::kElastic};
+constexpr RestartMode kRestartValues[] = {RestartMode::kNever, RestartMode::kOnFailure,
+                                          RestartMode::kAlways};
 constexpr absl::string_view kFrameworks[] = {"none", "pytorch"};
 // Known frameworks that Shoal does not run yet; named apart so the message says "not yet"
 // rather than "unknown".
@@ -46,6 +63,15 @@ constexpr absl::string_view kFutureFrameworks[] = {"tensorflow", "horovod", "pad
 // Bounds that keep totals far from integer overflow; no real job comes near them.
 constexpr int64_t kMaxInstances = 100000;
 constexpr int64_t kMaxGpusPerTask = 1024;
+// max_restarts, heartbeat.misses, checkpoint.keep, dataset.epochs.
+constexpr int64_t kMaxCount = 1000000;
+constexpr int64_t kMaxSamples = std::numeric_limits<int64_t>::max();
+// Agents cannot usefully report more often than this.
+constexpr std::chrono::milliseconds kMinHeartbeatInterval{10};
+
+constexpr char kDurationForm[] = "a duration such as 500ms, 30s or 2m";
+constexpr char kCheckpointDirForm[] =
+    "a directory path, absolute or relative to the job file, or a URI such as hdfs://nn/ckpt";
 
 constexpr char kCommandForm[] =
     "a non-empty list of strings (argv), e.g. [python3, train.py], or a non-empty string run "
@@ -166,6 +192,19 @@ std::string ResolveDir(const std::string& base, const std::string& dir) {
   return s;
 }
 
+// "hdfs://nn/ckpt", "s3://bucket/x": a scheme of letters, digits, '+', '-' and '.' that starts
+// with a letter, then "://".
+bool HasUriScheme(absl::string_view s) {
+  size_t colon = s.find("://");
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::ascii_isalpha(static_cast<unsigned char>(s[0]))) {
+    return false;
+  }
+  return std::all_of(s.begin(), s.begin() + colon, [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-' || c == '.';
+  });
+}
+
 std::string AbsoluteBaseDir(const std::string& base_dir) {
   std::error_code ec;
   std::filesystem::path cwd = std::filesystem::current_path(ec);
@@ -254,10 +293,29 @@ struct Entry {
   int line = 0;
 };
 
+// A key that may be written at the job level, on a role, or both.
+template <typename T>
+struct Written {
+  std::optional<T> value;  // set when written and valid
+  int line = 0;            // 0: not written
+  bool invalid() const { return line > 0 && !value.has_value(); }
+};
+
+// The failure-handling keys a role inherits from the job unless it writes its own.
+struct FailureKeys {
+  Written<OnFailure> on_failure;
+  Written<RestartMode> restart;
+  Written<uint32_t> max_restarts;
+  Written<std::chrono::milliseconds> progress_timeout;
+};
+
 // Where cross-role checks point, kept beside each parsed role.
 struct RoleSite {
   int depends_on_line = 0;
   std::vector<int> depends_on_item_lines;  // parallel to Role::depends_on
+  FailureKeys failure;
+  int instances_line = 0;
+  bool instances_range = false;  // `instances` was written as {min, max}
 };
 
 // Parses one document into a JobSpec, collecting every problem instead of stopping at the first.
@@ -295,8 +353,8 @@ class Parser {
         Error(1, "", "the job file holds no job; expected a map with at least 'name' and 'roles'");
       } else if (!root.IsMap()) {
         Error(LineOf(root, 1), "",
-              absl::StrCat("the job file must be a map with the keys ",
-                           absl::StrJoin(kTopKeys, ", "), "; got ", Describe(root)));
+              absl::StrCat("the job file must be a map with at least 'name' and 'roles'; got ",
+                           Describe(root)));
       } else {
         ParseTop(root, spec);
       }
@@ -397,6 +455,81 @@ class Parser {
     return std::nullopt;
   }
 
+  // An integer in [min, max] from `e.value`, or nullopt after reporting what was expected.
+  std::optional<int64_t> Integer(const Entry& e, const std::string& key, int64_t min,
+                                 int64_t max) {
+    std::optional<int64_t> n = e.value.IsScalar() ? ParseInt(e.value.Scalar()) : std::nullopt;
+    if (!n || *n < min) {
+      Error(e.line, key,
+            absl::StrCat("must be an integer >= ", min, ", got ", Describe(e.value)));
+      return std::nullopt;
+    }
+    if (*n > max) {
+      Error(e.line, key, absl::StrCat("must be at most ", max, ", got ", *n));
+      return std::nullopt;
+    }
+    return n;
+  }
+
+  // A duration (common/duration.h) from `e.value`, or nullopt after reporting.
+  std::optional<std::chrono::milliseconds> Duration(const Entry& e, const std::string& key) {
+    std::optional<std::chrono::milliseconds> d =
+        e.value.IsScalar() ? ParseDuration(e.value.Scalar()) : std::nullopt;
+    if (!d) {
+      Error(e.line, key, absl::StrCat("must be ", kDurationForm, ", got ", Describe(e.value)));
+    }
+    return d;
+  }
+
+  // One of `values`, written as its name, or nullopt after reporting the accepted names.
+  template <typename Enum, size_t N>
+  std::optional<Enum> Choice(const Entry& e, const std::string& key, const Enum (&values)[N],
+                             const char* (*name)(Enum)) {
+    std::vector<absl::string_view> names;
+    for (Enum v : values) names.push_back(name(v));
+    std::string accepted = absl::StrJoin(names, ", ");
+    if (!e.value.IsScalar()) {
+      Error(e.line, key, absl::StrCat("must be one of ", accepted, ", got ", Describe(e.value)));
+      return std::nullopt;
+    }
+    for (size_t i = 0; i < N; ++i) {
+      if (e.value.Scalar() == names[i]) return values[i];
+    }
+    std::string hint;
+    if (auto closest = Closest(e.value.Scalar(), names)) {
+      hint = absl::StrCat(" did you mean '", *closest, "'?");
+    }
+    Error(e.line, key,
+          absl::StrCat("unknown value ", Describe(e.value), ";", hint, " accepted values: ",
+                       accepted));
+    return std::nullopt;
+  }
+
+  // on_failure, restart, max_restarts and progress_timeout of the map at `path` ("" for the
+  // job itself, "roles.<name>" for a role).
+  void ParseFailureKeys(const std::vector<Entry>& entries, absl::string_view path,
+                        FailureKeys& out) {
+    if (const Entry* e = Find(entries, "on_failure")) {
+      out.on_failure.line = e->line;
+      out.on_failure.value =
+          Choice(*e, JoinKey(path, "on_failure"), kOnFailureValues, OnFailureName);
+    }
+    if (const Entry* e = Find(entries, "restart")) {
+      out.restart.line = e->line;
+      out.restart.value = Choice(*e, JoinKey(path, "restart"), kRestartValues, RestartModeName);
+    }
+    if (const Entry* e = Find(entries, "max_restarts")) {
+      out.max_restarts.line = e->line;
+      if (auto n = Integer(*e, JoinKey(path, "max_restarts"), 0, kMaxCount)) {
+        out.max_restarts.value = static_cast<uint32_t>(*n);
+      }
+    }
+    if (const Entry* e = Find(entries, "progress_timeout")) {
+      out.progress_timeout.line = e->line;
+      out.progress_timeout.value = Duration(*e, JoinKey(path, "progress_timeout"));
+    }
+  }
+
   void ParseTop(const YAML::Node& root, JobSpec& spec) {
     std::vector<Entry> entries = Entries(root, "", false);
     CheckKnownKeys(entries, "", kTopKeys);
@@ -439,6 +572,13 @@ class Parser {
       }
     }
 
+    FailureKeys job_failure;
+    ParseFailureKeys(entries, "", job_failure);
+    if (const Entry* e = Find(entries, "backoff")) ParseBackoff(*e, spec.backoff);
+    if (const Entry* e = Find(entries, "heartbeat")) ParseHeartbeat(*e, spec.heartbeat);
+    if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
+    if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
+
     std::vector<RoleSite> sites;
     const Entry* roles_entry = Find(entries, "roles");
     if (roles_entry == nullptr) {
@@ -462,6 +602,7 @@ class Parser {
 
     CheckDependencies(spec, sites);
     ParseSuccess(Find(entries, "success"), roles_entry, spec);
+    ResolveFailureHandling(job_failure, sites, spec);
   }
 
   Role ParseRole(const Entry& r, RoleSite& site) {
@@ -485,12 +626,16 @@ class Parser {
 
     if (const Entry* e = Find(entries, "instances")) {
       std::string key = JoinKey(path, "instances");
-      std::optional<int64_t> n = e->value.IsScalar() ? ParseInt(e->value.Scalar()) : std::nullopt;
-      if (!n || *n < 1) {
-        Error(e->line, key, absl::StrCat("must be an integer >= 1, got ", Describe(e->value)));
-      } else if (*n > kMaxInstances) {
-        Error(e->line, key, absl::StrCat("must be at most ", kMaxInstances, ", got ", *n));
-      } else {
+      site.instances_line = e->line;
+      if (e->value.IsMap()) {
+        site.instances_range = true;
+        ParseInstancesRange(*e, key, role);
+      } else if (!e->value.IsScalar()) {
+        Error(e->line, key,
+              absl::StrCat("must be an integer >= 1, or {min: 2, max: 4} for an elastic role, "
+                           "got ",
+                           Describe(e->value)));
+      } else if (auto n = Integer(*e, key, 1, kMaxInstances)) {
         role.instances = static_cast<uint32_t>(*n);
       }
     }
@@ -558,7 +703,329 @@ class Parser {
               absl::StrCat("must be a list of role names, e.g. [ps], got ", Describe(e->value)));
       }
     }
+
+    ParseFailureKeys(entries, path, site.failure);
     return role;
+  }
+
+  // `instances: {min: 2, max: 4}`; whether the role may be elastic is checked once on_failure
+  // is resolved (ResolveFailureHandling).
+  void ParseInstancesRange(const Entry& e, const std::string& key, Role& role) {
+    std::vector<Entry> entries = Entries(e.value, key, false);
+    CheckKnownKeys(entries, key, kInstancesKeys);
+    std::optional<int64_t> bounds[2];
+    const Entry* written[2] = {Find(entries, "min"), Find(entries, "max")};
+    for (int i = 0; i < 2; ++i) {
+      std::string bound_key = JoinKey(key, kInstancesKeys[i]);
+      if (written[i] == nullptr) {
+        Error(e.line, bound_key, "required; expected an integer >= 1, e.g. {min: 2, max: 4}");
+      } else {
+        bounds[i] = Integer(*written[i], bound_key, 1, kMaxInstances);
+      }
+    }
+    if (!bounds[0] || !bounds[1]) return;
+    if (*bounds[0] > *bounds[1]) {
+      Error(written[0]->line, JoinKey(key, "min"),
+            absl::StrCat("must not be more than max (", *bounds[1], "), got ", *bounds[0]));
+      return;
+    }
+    role.min_instances = static_cast<uint32_t>(*bounds[0]);
+    role.max_instances = static_cast<uint32_t>(*bounds[1]);
+    role.instances = role.max_instances;
+  }
+
+  void ParseBackoff(const Entry& e, Backoff& out) {
+    const std::string path = "backoff";
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with initial and/or max, e.g. {initial: 1s, max: 30s}, "
+                         "got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kBackoffKeys);
+    const Entry* initial = Find(entries, "initial");
+    const Entry* max = Find(entries, "max");
+    bool ok = true;
+    if (initial != nullptr) {
+      auto d = Duration(*initial, JoinKey(path, "initial"));
+      if (d) out.initial = *d;
+      ok = ok && d.has_value();
+    }
+    if (max != nullptr) {
+      auto d = Duration(*max, JoinKey(path, "max"));
+      if (d) out.max = *d;
+      ok = ok && d.has_value();
+    }
+    if (!ok || out.max >= out.initial) return;
+    // Point at the key that was written; when both were, at max.
+    if (max != nullptr) {
+      Error(max->line, JoinKey(path, "max"),
+            absl::StrCat("must be at least initial (", FormatDuration(out.initial),
+                         initial == nullptr ? ", the default" : "", "), got ",
+                         FormatDuration(out.max)));
+    } else {
+      Error(initial->line, JoinKey(path, "initial"),
+            absl::StrCat("must be at most max (", FormatDuration(out.max), ", the default), got ",
+                         FormatDuration(out.initial)));
+    }
+  }
+
+  void ParseHeartbeat(const Entry& e, HeartbeatConfig& out) {
+    const std::string path = "heartbeat";
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with interval and/or misses, e.g. {interval: 1s, misses: "
+                         "3}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kHeartbeatKeys);
+    if (const Entry* i = Find(entries, "interval")) {
+      std::string key = JoinKey(path, "interval");
+      if (auto d = Duration(*i, key)) {
+        if (*d < kMinHeartbeatInterval) {
+          Error(i->line, key,
+                absl::StrCat("must be at least ", FormatDuration(kMinHeartbeatInterval), ", got ",
+                             FormatDuration(*d)));
+        } else {
+          out.interval = *d;
+        }
+      }
+    }
+    if (const Entry* m = Find(entries, "misses")) {
+      if (auto n = Integer(*m, JoinKey(path, "misses"), 1, kMaxCount)) {
+        out.misses = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  void ParseCheckpoint(const Entry& e, CheckpointConfig& out) {
+    const std::string path = "checkpoint";
+    // Written at all, even with nothing after it: checkpoints are on, with the defaults.
+    out.configured = true;
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with dir and/or keep, e.g. {dir: ./ckpt, keep: 3}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kCheckpointKeys);
+    if (const Entry* d = Find(entries, "dir")) {
+      std::string key = JoinKey(path, "dir");
+      if (auto text = Scalar(*d, key, kCheckpointDirForm)) {
+        if (text->empty()) {
+          Error(d->line, key,
+                absl::StrCat("must be ", kCheckpointDirForm, " (leave it out for the default), "
+                             "got ''"));
+        } else if ((*text)[0] == '~') {
+          Error(d->line, key,
+                absl::StrCat("'~' is not expanded; must be ", kCheckpointDirForm, ", got ",
+                             Describe(d->value)));
+        } else if (HasUriScheme(*text)) {
+          out.dir = *text;  // for the storage it names to read; not a local path
+        } else {
+          out.dir = ResolveDir(base_dir_, *text);
+        }
+      }
+    }
+    if (const Entry* k = Find(entries, "keep")) {
+      if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
+        out.keep = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  void ParseDataset(const Entry& e, DatasetConfig& out) {
+    const std::string path = "dataset";
+    out.configured = true;
+    constexpr char kForms[] =
+        "either shards (a list of files, e.g. [a.npz, b.npz]) or samples and shard_size (e.g. "
+        "samples: 1797, shard_size: 64)";
+    if (!e.value.IsMap()) {
+      Error(e.line, path, absl::StrCat("must be a map with ", kForms, ", got ", Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kDatasetKeys);
+    const Entry* shards = Find(entries, "shards");
+    const Entry* samples = Find(entries, "samples");
+    const Entry* shard_size = Find(entries, "shard_size");
+
+    if (shards != nullptr) ParseShards(*shards, JoinKey(path, "shards"), out);
+    if (samples != nullptr) {
+      if (auto n = Integer(*samples, JoinKey(path, "samples"), 1, kMaxSamples)) {
+        out.samples = static_cast<uint64_t>(*n);
+      }
+    }
+    if (shard_size != nullptr) {
+      if (auto n = Integer(*shard_size, JoinKey(path, "shard_size"), 1, kMaxSamples)) {
+        out.shard_size = static_cast<uint64_t>(*n);
+      }
+    }
+
+    if (shards != nullptr && samples != nullptr) {
+      // Reported at whichever of the two comes second.
+      const Entry* later = shards->line > samples->line ? shards : samples;
+      const Entry* earlier = later == shards ? samples : shards;
+      Error(later->line, JoinKey(path, later->key),
+            absl::StrCat("cannot be given together with ", JoinKey(path, earlier->key),
+                         " (line ", earlier->line, "); a dataset is ", kForms));
+    } else if (shards != nullptr && shard_size != nullptr) {
+      Error(shard_size->line, JoinKey(path, "shard_size"),
+            "only goes with samples; with shards each file is one shard, so drop it");
+    } else if (shards == nullptr && samples == nullptr) {
+      if (shard_size != nullptr) {
+        Error(e.line, JoinKey(path, "samples"),
+              "required with shard_size; expected an integer >= 1, e.g. samples: 1797");
+      } else {
+        Error(e.line, path, absl::StrCat("needs ", kForms));
+      }
+    } else if (samples != nullptr && shard_size == nullptr) {
+      Error(e.line, JoinKey(path, "shard_size"),
+            "required with samples; expected an integer >= 1, e.g. shard_size: 64");
+    }
+
+    if (const Entry* ep = Find(entries, "epochs")) {
+      if (auto n = Integer(*ep, JoinKey(path, "epochs"), 1, kMaxCount)) {
+        out.epochs = static_cast<uint32_t>(*n);
+      }
+    }
+    if (const Entry* l = Find(entries, "lease_timeout")) {
+      std::string key = JoinKey(path, "lease_timeout");
+      if (auto d = Duration(*l, key)) {
+        if (d->count() == 0) {
+          Error(l->line, key, "must be longer than 0, e.g. 60s, got 0s");
+        } else {
+          out.lease_timeout = *d;
+        }
+      }
+    }
+  }
+
+  void ParseShards(const Entry& e, const std::string& key, DatasetConfig& out) {
+    if (!e.value.IsSequence()) {
+      Error(e.line, key,
+            absl::StrCat("must be a list of files, e.g. [a.npz, b.npz], got ", Describe(e.value)));
+      return;
+    }
+    if (e.value.size() == 0) {
+      Error(e.line, key, "must name at least one file, e.g. [a.npz, b.npz]");
+      return;
+    }
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      YAML::Node item = e.value[i];
+      int line = LineOf(item, e.line);
+      std::string item_key = absl::StrCat(key, "[", i, "]");
+      if (!item.IsScalar()) {
+        Error(line, item_key, absl::StrCat("must be a file name, got ", Describe(item)));
+      } else if (item.Scalar().empty()) {
+        Error(line, item_key, "must not be empty; expected a file name such as a.npz");
+      } else {
+        out.files.push_back(item.Scalar());
+      }
+    }
+  }
+
+  // Fills each role's failure handling from its own keys, else the job's, else the defaults, and
+  // refuses combinations that cannot work. REQUIRES: ParseSuccess has run, since restart: always
+  // depends on which roles decide success.
+  void ResolveFailureHandling(const FailureKeys& job, const std::vector<RoleSite>& sites,
+                              JobSpec& spec) {
+    spec.on_failure = job.on_failure.value.value_or(OnFailure::kFailJob);
+    // A pair written at the job level is checked once here, not again for each role using it.
+    if (job.restart.value && !job.on_failure.invalid()) {
+      CheckRestart(*job.restart.value, job.restart.line, "restart", spec.on_failure,
+                   job.on_failure.line > 0 ? "" : " (the default)");
+    }
+
+    for (size_t i = 0; i < spec.roles.size(); ++i) {
+      Role& role = spec.roles[i];
+      const FailureKeys& own = sites[i].failure;
+      const std::string path = JoinKey("roles", role.name);
+
+      const bool own_on_failure = own.on_failure.line > 0;
+      const Written<OnFailure>& on_failure = own_on_failure ? own.on_failure : job.on_failure;
+      const bool on_failure_known = !on_failure.invalid();  // a bad value is reported already
+      role.on_failure = on_failure.value.value_or(OnFailure::kFailJob);
+      // Where the role's on_failure comes from, for messages about another key.
+      std::string origin = " (the default)";
+      if (own_on_failure) {
+        origin = absl::StrCat(" (", path, ".on_failure, line ", on_failure.line, ")");
+      } else if (on_failure.line > 0) {
+        origin = absl::StrCat(" (set on the job, line ", on_failure.line, ")");
+      }
+
+      const bool own_restart = own.restart.line > 0;
+      const Written<RestartMode>& restart = own_restart ? own.restart : job.restart;
+      role.restart = restart.value.value_or(role.on_failure == OnFailure::kFailJob
+                                                ? RestartMode::kNever
+                                                : RestartMode::kOnFailure);
+      if (restart.value && on_failure_known) {
+        const std::string restart_key = own_restart ? JoinKey(path, "restart") : "restart";
+        if (own_restart || own_on_failure) {
+          CheckRestart(*restart.value, restart.line, restart_key, role.on_failure,
+                       own_restart && own_on_failure ? "" : origin);
+        }
+        if (*restart.value == RestartMode::kAlways &&
+            role.on_failure == OnFailure::kRestartTask && DecidesSuccess(spec, role.name)) {
+          Error(restart.line, restart_key,
+                absl::StrCat("restart: always cannot apply to role ", role.name,
+                             ", which decides whether the job succeeded (success roles: ",
+                             absl::StrJoin(spec.success_roles, ", "),
+                             "): a task that always restarts never finishes, so it could not "
+                             "decide success; use restart: on-failure for it"));
+        }
+      }
+
+      role.max_restarts =
+          (own.max_restarts.line > 0 ? own.max_restarts : job.max_restarts)
+              .value.value_or(role.max_restarts);
+      role.progress_timeout =
+          (own.progress_timeout.line > 0 ? own.progress_timeout : job.progress_timeout)
+              .value.value_or(role.progress_timeout);
+
+      if (sites[i].instances_range) {
+        if (on_failure_known && role.on_failure != OnFailure::kElastic) {
+          Error(sites[i].instances_line, JoinKey(path, "instances"),
+                absl::StrCat("{min, max} is only allowed with on_failure: elastic, got "
+                             "on_failure: ",
+                             OnFailureName(role.on_failure), origin,
+                             "; write a plain integer, or set on_failure: elastic"));
+        }
+      } else if (role.on_failure == OnFailure::kElastic) {
+        role.min_instances = role.instances;
+        role.max_instances = role.instances;
+      }
+    }
+  }
+
+  // Refuses `restart` values that `on_failure` cannot honour. `origin` says where on_failure
+  // was set when that is not beside the restart key, e.g. " (set on the job, line 2)".
+  void CheckRestart(RestartMode restart, int line, const std::string& key, OnFailure on_failure,
+                    absl::string_view origin) {
+    if (restart == RestartMode::kNever && on_failure != OnFailure::kFailJob) {
+      Error(line, key,
+            absl::StrCat("restart: never contradicts on_failure: ", OnFailureName(on_failure),
+                         origin, "; drop one of them"));
+    } else if (restart == RestartMode::kAlways && on_failure != OnFailure::kRestartTask) {
+      Error(line, key,
+            absl::StrCat("restart: always needs on_failure: restart-task, got on_failure: ",
+                         OnFailureName(on_failure), origin,
+                         "; only a task restarted on its own may start again after exiting 0 (a "
+                         "service such as an evaluator loop); use restart: on-failure"));
+    }
+  }
+
+  static bool DecidesSuccess(const JobSpec& spec, const std::string& role) {
+    return std::find(spec.success_roles.begin(), spec.success_roles.end(), role) !=
+           spec.success_roles.end();
   }
 
   void ParseCommand(const Entry& e, const std::string& key, Role& role) {

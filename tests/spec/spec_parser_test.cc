@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -296,7 +297,9 @@ TEST(SpecParserTest, ParseJobSpecFileNamesTheFileInErrors) {
 TEST(SpecParserTest, RejectsUnknownTopLevelKeyListingAcceptedKeys) {
   std::string msg = Refusal("name: j\nowner: me\nroles:\n  a: {command: [x]}\n");
   EXPECT_THAT(msg, HasSubstr("job.yaml:2: owner: unknown key;"));
-  EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles"));
+  EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles, on_failure, "
+                             "restart, max_restarts, progress_timeout, backoff, heartbeat, "
+                             "checkpoint, dataset"));
   EXPECT_THAT(msg, Not(HasSubstr("did you mean")));
 }
 
@@ -309,7 +312,8 @@ roles:
 )yaml");
   EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.worker.instnaces: unknown key; did you mean "
                              "'instances'? accepted keys: instances, command, env, working_dir, "
-                             "resources, untracked, depends_on"));
+                             "resources, untracked, depends_on, on_failure, restart, "
+                             "max_restarts, progress_timeout"));
 }
 
 TEST(SpecParserTest, RejectsUnknownResourcesKeySuggestingTheClosest) {
@@ -591,8 +595,8 @@ TEST(SpecParserTest, AcceptsEmptyDocumentsAroundTheJob) {
 
 TEST(SpecParserTest, RejectsTopLevelList) {
   EXPECT_THAT(Refusal("- name: j\n"),
-              HasSubstr("job.yaml:1: the job file must be a map with the keys name, framework, "
-                        "success, roles; got a list"));
+              HasSubstr("job.yaml:1: the job file must be a map with at least 'name' and "
+                        "'roles'; got a list"));
 }
 
 TEST(SpecParserTest, RejectsSeveralYamlDocuments) {
@@ -745,6 +749,761 @@ TEST(SpecParserTest, RejectsUnknownFrameworkSuggestingTheClosest) {
   std::string msg = Refusal("name: j\nframework: pytroch\nroles:\n  a: {command: [x]}\n");
   EXPECT_EQ(msg, "job.yaml:2: framework: unknown framework 'pytroch'; did you mean 'pytorch'? "
                  "accepted values: none, pytorch");
+}
+
+// --- Failure handling: accepted forms -----------------------------------------------------------
+
+using std::chrono::milliseconds;
+
+TEST(SpecParserTest, FillsFailureHandlingDefaultsWhenNothingIsWritten) {
+  absl::StatusOr<JobSpec> spec = Parse("name: j\nroles:\n  main: {command: [x], instances: 2}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_failure, OnFailure::kFailJob);
+  const Role& role = spec->roles[0];
+  EXPECT_EQ(role.on_failure, OnFailure::kFailJob);
+  EXPECT_EQ(role.restart, RestartMode::kNever);
+  EXPECT_EQ(role.max_restarts, 3u);
+  EXPECT_EQ(role.progress_timeout, milliseconds(0));
+  EXPECT_EQ(role.instances, 2u);
+  EXPECT_EQ(role.min_instances, 0u);
+  EXPECT_EQ(role.max_instances, 0u);
+  EXPECT_EQ(spec->backoff.initial, milliseconds(1000));
+  EXPECT_EQ(spec->backoff.max, milliseconds(30000));
+  EXPECT_EQ(spec->heartbeat.interval, milliseconds(1000));
+  EXPECT_EQ(spec->heartbeat.misses, 3u);
+  EXPECT_FALSE(spec->checkpoint.configured);
+  EXPECT_EQ(spec->checkpoint.dir, "");
+  EXPECT_EQ(spec->checkpoint.keep, 3u);
+  EXPECT_FALSE(spec->dataset.configured);
+  EXPECT_EQ(spec->dataset.NumShards(), 0u);
+}
+
+constexpr char kFailureExample[] = R"yaml(name: digits-ddp
+on_failure: restart-group
+restart: on-failure
+max_restarts: 5
+progress_timeout: 30s
+backoff: {initial: 500ms, max: 1m}
+heartbeat: {interval: 250ms, misses: 4}
+checkpoint: {dir: ./ckpt/, keep: 2}
+dataset:
+  samples: 1797
+  shard_size: 64
+  epochs: 3
+  lease_timeout: 90s
+success:
+  roles: [worker]
+roles:
+  ps:
+    command: [ps]
+    untracked: true
+    on_failure: restart-task
+    restart: always
+    max_restarts: 0
+  evaluator:
+    command: [eval]
+    on_failure: restart-task
+    restart: always
+    progress_timeout: 0
+  worker:
+    command: [train]
+    instances: 4
+)yaml";
+
+TEST(SpecParserTest, ParsesJobFailureSettingsIntoExactStructs) {
+  absl::StatusOr<JobSpec> spec = Parse(kFailureExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_failure, OnFailure::kRestartGroup);
+  EXPECT_EQ(spec->backoff.initial, milliseconds(500));
+  EXPECT_EQ(spec->backoff.max, milliseconds(60000));
+  EXPECT_EQ(spec->heartbeat.interval, milliseconds(250));
+  EXPECT_EQ(spec->heartbeat.misses, 4u);
+  EXPECT_TRUE(spec->checkpoint.configured);
+  EXPECT_EQ(spec->checkpoint.dir, "/jobs/demo/ckpt");
+  EXPECT_EQ(spec->checkpoint.keep, 2u);
+  EXPECT_TRUE(spec->dataset.configured);
+  EXPECT_TRUE(spec->dataset.files.empty());
+  EXPECT_EQ(spec->dataset.samples, 1797u);
+  EXPECT_EQ(spec->dataset.shard_size, 64u);
+  EXPECT_EQ(spec->dataset.epochs, 3u);
+  EXPECT_EQ(spec->dataset.lease_timeout, milliseconds(90000));
+  EXPECT_EQ(spec->dataset.NumShards(), 29u);
+}
+
+TEST(SpecParserTest, RolesInheritJobFailureSettingsUnlessTheySetTheirOwn) {
+  absl::StatusOr<JobSpec> spec = Parse(kFailureExample);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const Role* ps = spec->FindRole("ps");
+  ASSERT_NE(ps, nullptr);
+  EXPECT_EQ(ps->on_failure, OnFailure::kRestartTask);
+  EXPECT_EQ(ps->restart, RestartMode::kAlways);
+  EXPECT_EQ(ps->max_restarts, 0u);
+  EXPECT_EQ(ps->progress_timeout, milliseconds(30000));
+
+  const Role* evaluator = spec->FindRole("evaluator");
+  ASSERT_NE(evaluator, nullptr);
+  EXPECT_EQ(evaluator->on_failure, OnFailure::kRestartTask);
+  EXPECT_EQ(evaluator->restart, RestartMode::kAlways);
+  EXPECT_EQ(evaluator->max_restarts, 5u);
+  EXPECT_EQ(evaluator->progress_timeout, milliseconds(0));
+
+  const Role* worker = spec->FindRole("worker");
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ(worker->on_failure, OnFailure::kRestartGroup);
+  EXPECT_EQ(worker->restart, RestartMode::kOnFailure);
+  EXPECT_EQ(worker->max_restarts, 5u);
+  EXPECT_EQ(worker->progress_timeout, milliseconds(30000));
+  EXPECT_EQ(worker->instances, 4u);
+  EXPECT_EQ(worker->min_instances, 0u);
+  EXPECT_EQ(worker->max_instances, 0u);
+}
+
+TEST(SpecParserTest, RestartDefaultFollowsTheEffectiveOnFailure) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+on_failure: restart-task
+roles:
+  inherits: {command: [x]}
+  fails_job: {command: [x], on_failure: fail-job}
+  group: {command: [x], on_failure: restart-group}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].on_failure, OnFailure::kRestartTask);
+  EXPECT_EQ(spec->roles[0].restart, RestartMode::kOnFailure);
+  EXPECT_EQ(spec->roles[1].on_failure, OnFailure::kFailJob);
+  EXPECT_EQ(spec->roles[1].restart, RestartMode::kNever);
+  EXPECT_EQ(spec->roles[2].on_failure, OnFailure::kRestartGroup);
+  EXPECT_EQ(spec->roles[2].restart, RestartMode::kOnFailure);
+}
+
+TEST(SpecParserTest, RoleOnFailureAloneNeedsNoJobSettings) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  ps: {command: [x], on_failure: restart-task, restart: on-failure, max_restarts: 10}
+  worker: {command: [x]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_failure, OnFailure::kFailJob);
+  EXPECT_EQ(spec->roles[0].on_failure, OnFailure::kRestartTask);
+  EXPECT_EQ(spec->roles[0].restart, RestartMode::kOnFailure);
+  EXPECT_EQ(spec->roles[0].max_restarts, 10u);
+  EXPECT_EQ(spec->roles[1].on_failure, OnFailure::kFailJob);
+  EXPECT_EQ(spec->roles[1].restart, RestartMode::kNever);
+  EXPECT_EQ(spec->roles[1].max_restarts, 3u);
+}
+
+TEST(SpecParserTest, AcceptsRestartNeverWithFailJobAndOnFailureWithAnyAction) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+restart: never
+roles:
+  a: {command: [x]}
+  b: {command: [x], on_failure: fail-job, restart: on-failure}
+  c: {command: [x], on_failure: elastic, restart: on-failure}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].restart, RestartMode::kNever);
+  EXPECT_EQ(spec->roles[1].restart, RestartMode::kOnFailure);
+  EXPECT_EQ(spec->roles[2].restart, RestartMode::kOnFailure);
+}
+
+TEST(SpecParserTest, AcceptsRestartAlwaysOnRoleThatDoesNotDecideSuccess) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+on_failure: restart-task
+restart: always
+roles:
+  chief: {command: [x], restart: on-failure}
+  evaluator: {command: [x]}
+  ps: {command: [x], untracked: true}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->success_roles, ElementsAre("chief"));
+  EXPECT_EQ(spec->roles[0].restart, RestartMode::kOnFailure);
+  EXPECT_EQ(spec->roles[1].restart, RestartMode::kAlways);
+  EXPECT_EQ(spec->roles[2].restart, RestartMode::kAlways);
+}
+
+TEST(SpecParserTest, ParsesElasticInstancesRange) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+on_failure: elastic
+roles:
+  worker:
+    command: [x]
+    instances: {min: 2, max: 4}
+  fixed: {command: [x], instances: 3}
+  one: {command: [x], instances: {min: 1, max: 1}}
+  ps: {command: [x], instances: 2, on_failure: restart-task}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_failure, OnFailure::kElastic);
+  const Role& worker = spec->roles[0];
+  EXPECT_EQ(worker.on_failure, OnFailure::kElastic);
+  EXPECT_EQ(worker.restart, RestartMode::kOnFailure);
+  EXPECT_EQ(worker.min_instances, 2u);
+  EXPECT_EQ(worker.max_instances, 4u);
+  EXPECT_EQ(worker.instances, 4u);
+  const Role& fixed = spec->roles[1];
+  EXPECT_EQ(fixed.min_instances, 3u);
+  EXPECT_EQ(fixed.max_instances, 3u);
+  EXPECT_EQ(fixed.instances, 3u);
+  EXPECT_EQ(spec->roles[2].min_instances, 1u);
+  EXPECT_EQ(spec->roles[2].max_instances, 1u);
+  const Role& ps = spec->roles[3];
+  EXPECT_EQ(ps.on_failure, OnFailure::kRestartTask);
+  EXPECT_EQ(ps.min_instances, 0u);
+  EXPECT_EQ(ps.max_instances, 0u);
+  EXPECT_EQ(spec->TotalTasks(), 10u);
+}
+
+TEST(SpecParserTest, AcceptsElasticRoleSetOnTheRoleItself) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  worker: {command: [x], on_failure: elastic, instances: {max: 8, min: 2}}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->on_failure, OnFailure::kFailJob);
+  EXPECT_EQ(spec->roles[0].min_instances, 2u);
+  EXPECT_EQ(spec->roles[0].max_instances, 8u);
+  EXPECT_EQ(spec->roles[0].instances, 8u);
+}
+
+TEST(SpecParserTest, AcceptsElasticJobWithoutAnyInstancesRange) {
+  absl::StatusOr<JobSpec> spec =
+      Parse("name: j\non_failure: elastic\nroles:\n  w: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->roles[0].on_failure, OnFailure::kElastic);
+  EXPECT_EQ(spec->roles[0].min_instances, 1u);
+  EXPECT_EQ(spec->roles[0].max_instances, 1u);
+}
+
+TEST(SpecParserTest, ReadsEveryDurationForm) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  a: {command: [x], on_failure: restart-task, progress_timeout: 500ms}
+  b: {command: [x], on_failure: restart-task, progress_timeout: 1.5s}
+  c: {command: [x], on_failure: restart-task, progress_timeout: 2m}
+  d: {command: [x], on_failure: restart-task, progress_timeout: 1h}
+  e: {command: [x], on_failure: restart-task, progress_timeout: 30}
+  f: {command: [x], on_failure: restart-task, progress_timeout: 0.25}
+  g: {command: [x], on_failure: restart-task, progress_timeout: "45s"}
+  h: {command: [x], on_failure: restart-task, progress_timeout: 0}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<milliseconds> got;
+  for (const Role& r : spec->roles) got.push_back(r.progress_timeout);
+  EXPECT_THAT(got, ElementsAre(milliseconds(500), milliseconds(1500), milliseconds(120000),
+                               milliseconds(3600000), milliseconds(30000), milliseconds(250),
+                               milliseconds(45000), milliseconds(0)));
+}
+
+TEST(SpecParserTest, AcceptsZeroInitialBackoffAndEmptySections) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+backoff: {initial: 0, max: 0}
+heartbeat:
+roles:
+  a: {command: [x]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->backoff.initial, milliseconds(0));
+  EXPECT_EQ(spec->backoff.max, milliseconds(0));
+  EXPECT_EQ(spec->heartbeat.interval, milliseconds(1000));
+  EXPECT_EQ(spec->heartbeat.misses, 3u);
+
+  spec = Parse("name: j\nbackoff:\nheartbeat: {interval: 10ms}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->backoff.initial, milliseconds(1000));
+  EXPECT_EQ(spec->backoff.max, milliseconds(30000));
+  EXPECT_EQ(spec->heartbeat.interval, milliseconds(10));
+}
+
+TEST(SpecParserTest, BackoffKeepsTheDefaultOfTheKeyNotWritten) {
+  absl::StatusOr<JobSpec> spec =
+      Parse("name: j\nbackoff: {max: 2m}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->backoff.initial, milliseconds(1000));
+  EXPECT_EQ(spec->backoff.max, milliseconds(120000));
+}
+
+TEST(SpecParserTest, CheckpointSectionTurnsCheckpointsOnWithDefaults) {
+  for (const char* section : {"checkpoint:\n", "checkpoint: {}\n", "checkpoint: {keep: 3}\n"}) {
+    absl::StatusOr<JobSpec> spec =
+        Parse(std::string("name: j\n") + section + "roles:\n  a: {command: [x]}\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_TRUE(spec->checkpoint.configured) << section;
+    EXPECT_EQ(spec->checkpoint.dir, "") << section;
+    EXPECT_EQ(spec->checkpoint.keep, 3u) << section;
+  }
+}
+
+TEST(SpecParserTest, ResolvesCheckpointDirLikeWorkingDirAndKeepsUris) {
+  auto dir_of = [](const std::string& value) {
+    absl::StatusOr<JobSpec> spec =
+        Parse("name: j\ncheckpoint: {dir: " + value + "}\nroles:\n  a: {command: [x]}\n");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? spec->checkpoint.dir : std::string();
+  };
+  EXPECT_EQ(dir_of("./ckpt"), "/jobs/demo/ckpt");
+  EXPECT_EQ(dir_of("../shared/ckpt/"), "/jobs/shared/ckpt");
+  EXPECT_EQ(dir_of("/data/ckpt/./x/"), "/data/ckpt/x");
+  EXPECT_EQ(dir_of("hdfs://namenode:8020/user/me/ckpt"), "hdfs://namenode:8020/user/me/ckpt");
+  EXPECT_EQ(dir_of("s3://bucket/run-1/"), "s3://bucket/run-1/");
+}
+
+TEST(SpecParserTest, ParseJobSpecFileResolvesCheckpointDirAgainstTheFilesDirectory) {
+  std::filesystem::path dir = MakeTempDir("ckpt_dir");
+  WriteText(dir / "job.yaml", "name: j\ncheckpoint: {dir: ckpt}\nroles:\n  a: {command: [x]}\n");
+  absl::StatusOr<JobSpec> spec = ParseJobSpecFile((dir / "job.yaml").string());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint.dir, (dir / "ckpt").lexically_normal().string());
+}
+
+TEST(SpecParserTest, ParsesDatasetOfShardFilesKeptAsWritten) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+dataset:
+  shards: [data/a.npz, /abs/b.npz, "c d.npz", 7]
+roles:
+  a: {command: [x]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->dataset.configured);
+  EXPECT_THAT(spec->dataset.files, ElementsAre("data/a.npz", "/abs/b.npz", "c d.npz", "7"));
+  EXPECT_EQ(spec->dataset.samples, 0u);
+  EXPECT_EQ(spec->dataset.shard_size, 0u);
+  EXPECT_EQ(spec->dataset.epochs, 1u);
+  EXPECT_EQ(spec->dataset.lease_timeout, milliseconds(60000));
+  EXPECT_EQ(spec->dataset.NumShards(), 4u);
+}
+
+// --- Failure handling: refusals -----------------------------------------------------------------
+
+TEST(SpecParserTest, RejectsUnknownOnFailureSuggestingTheClosest) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart_group
+roles:
+  w: {command: [x], on_failure: elastik}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:2: on_failure: unknown value 'restart_group'; did you mean "
+                          "'restart-group'? accepted values: fail-job, restart-task, "
+                          "restart-group, elastic",
+                          "job.yaml:4: roles.w.on_failure: unknown value 'elastik'; did you mean "
+                          "'elastic'? accepted values: fail-job, restart-task, restart-group, "
+                          "elastic"));
+}
+
+TEST(SpecParserTest, RejectsOnFailureThatIsNotAName) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    on_failure: [a]\n");
+  EXPECT_EQ(msg, "job.yaml:5: roles.w.on_failure: must be one of fail-job, restart-task, "
+                 "restart-group, elastic, got a list");
+}
+
+TEST(SpecParserTest, RejectsUnknownRestartMode) {
+  std::string msg = Refusal("name: j\nrestart: onfailure\nroles:\n  w: {command: [x]}\n");
+  EXPECT_EQ(msg, "job.yaml:2: restart: unknown value 'onfailure'; did you mean 'on-failure'? "
+                 "accepted values: never, on-failure, always");
+}
+
+TEST(SpecParserTest, RejectsRestartNeverWithOnFailureOnTheSameRole) {
+  std::string msg = Refusal(R"yaml(name: j
+roles:
+  w:
+    command: [x]
+    on_failure: restart-group
+    restart: never
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:6: roles.w.restart: restart: never contradicts on_failure: "
+                 "restart-group; drop one of them");
+}
+
+TEST(SpecParserTest, RejectsRoleRestartNeverAgainstInheritedOnFailure) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart-group
+roles:
+  w:
+    command: [x]
+    restart: never
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:6: roles.w.restart: restart: never contradicts on_failure: "
+                 "restart-group (set on the job, line 2); drop one of them");
+}
+
+TEST(SpecParserTest, RejectsJobRestartNeverWithJobOnFailureOnce) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: elastic
+restart: never
+roles:
+  a: {command: [x]}
+  b: {command: [x]}
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:3: restart: restart: never contradicts on_failure: elastic; drop one "
+                 "of them");
+}
+
+TEST(SpecParserTest, RejectsJobRestartNeverInheritedByRoleWithOwnOnFailure) {
+  std::string msg = Refusal(R"yaml(name: j
+restart: never
+roles:
+  main: {command: [x]}
+  ps:
+    command: [x]
+    on_failure: restart-task
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:2: restart: restart: never contradicts on_failure: restart-task "
+                 "(roles.ps.on_failure, line 7); drop one of them");
+}
+
+TEST(SpecParserTest, RejectsRestartAlwaysWithoutRestartTask) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart-group
+roles:
+  w: {command: [x], restart: always, untracked: true}
+  v: {command: [x], restart: always, untracked: true, on_failure: fail-job}
+  main: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:4: roles.w.restart: restart: always needs on_failure: "
+                          "restart-task, got on_failure: restart-group (set on the job, line 2); "
+                          "only a task restarted on its own may start again after exiting 0 (a "
+                          "service such as an evaluator loop); use restart: on-failure",
+                          "job.yaml:5: roles.v.restart: restart: always needs on_failure: "
+                          "restart-task, got on_failure: fail-job; only a task restarted on its "
+                          "own may start again after exiting 0 (a service such as an evaluator "
+                          "loop); use restart: on-failure"));
+}
+
+TEST(SpecParserTest, RejectsJobRestartAlwaysWithTheDefaultOnFailure) {
+  std::string msg = Refusal("name: j\nrestart: always\nroles:\n  w: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:2: restart: restart: always needs on_failure: "
+                             "restart-task, got on_failure: fail-job (the default);"));
+  EXPECT_EQ(Lines(msg).size(), 1u);
+}
+
+TEST(SpecParserTest, RejectsRestartAlwaysOnASuccessRole) {
+  std::string msg = Refusal(R"yaml(name: j
+success:
+  roles: [worker]
+roles:
+  worker:
+    command: [x]
+    on_failure: restart-task
+    restart: always
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:8: roles.worker.restart: restart: always cannot apply to role worker, "
+                 "which decides whether the job succeeded (success roles: worker): a task that "
+                 "always restarts never finishes, so it could not decide success; use restart: "
+                 "on-failure for it");
+}
+
+TEST(SpecParserTest, RejectsJobRestartAlwaysInheritedByDefaultSuccessRoles) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart-task
+restart: always
+roles:
+  a: {command: [x]}
+  b: {command: [x]}
+  helper: {command: [x], untracked: true}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre(HasSubstr("job.yaml:3: restart: restart: always cannot apply to role "
+                                    "a, which decides whether the job succeeded (success roles: "
+                                    "a, b)"),
+                          HasSubstr("job.yaml:3: restart: restart: always cannot apply to role "
+                                    "b,")));
+}
+
+TEST(SpecParserTest, RejectsInstancesRangeWithoutElastic) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart-group
+roles:
+  w:
+    command: [x]
+    instances: {min: 2, max: 4}
+  v:
+    command: [x]
+    instances: {min: 1, max: 2}
+    on_failure: restart-task
+  u:
+    command: [x]
+    instances: {min: 1, max: 2}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:6: roles.w.instances: {min, max} is only allowed with "
+                          "on_failure: elastic, got on_failure: restart-group (set on the job, "
+                          "line 2); write a plain integer, or set on_failure: elastic",
+                          "job.yaml:9: roles.v.instances: {min, max} is only allowed with "
+                          "on_failure: elastic, got on_failure: restart-task "
+                          "(roles.v.on_failure, line 10); write a plain integer, or set "
+                          "on_failure: elastic",
+                          HasSubstr("job.yaml:13: roles.u.instances: {min, max} is only allowed "
+                                    "with on_failure: elastic, got on_failure: restart-group")));
+}
+
+TEST(SpecParserTest, RejectsInstancesRangeWithTheDefaultOnFailure) {
+  std::string msg = Refusal("name: j\nroles:\n  w: {command: [x], instances: {min: 1, max: 2}}\n");
+  EXPECT_EQ(msg, "job.yaml:3: roles.w.instances: {min, max} is only allowed with on_failure: "
+                 "elastic, got on_failure: fail-job (the default); write a plain integer, or set "
+                 "on_failure: elastic");
+}
+
+TEST(SpecParserTest, RejectsBadInstancesRanges) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: elastic
+roles:
+  a: {command: [x], instances: {min: 5, max: 4}}
+  b: {command: [x], instances: {min: 0, max: 4}}
+  c: {command: [x], instances: {min: 1, max: 2, step: 1}}
+  d: {command: [x], instances: {min: 2}}
+  e: {command: [x], instances: {min: 1, max: 999999999}}
+  f: {command: [x], instances: [1, 2]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:4: roles.a.instances.min: must not be more than max (4), "
+                          "got 5",
+                          "job.yaml:5: roles.b.instances.min: must be an integer >= 1, got 0",
+                          "job.yaml:6: roles.c.instances.step: unknown key; accepted keys: min, "
+                          "max",
+                          "job.yaml:7: roles.d.instances.max: required; expected an integer >= 1, "
+                          "e.g. {min: 2, max: 4}",
+                          "job.yaml:8: roles.e.instances.max: must be at most 100000, got "
+                          "999999999",
+                          "job.yaml:9: roles.f.instances: must be an integer >= 1, or {min: 2, "
+                          "max: 4} for an elastic role, got a list"));
+}
+
+TEST(SpecParserTest, BadOnFailureDoesNotCascadeIntoOtherRefusals) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: elastc
+restart: never
+roles:
+  w: {command: [x], instances: {min: 1, max: 2}, restart: always}
+)yaml");
+  EXPECT_THAT(Lines(msg), ElementsAre(HasSubstr("job.yaml:2: on_failure: unknown value")));
+}
+
+TEST(SpecParserTest, RejectsBadMaxRestarts) {
+  std::string msg = Refusal(R"yaml(name: j
+max_restarts: -1
+roles:
+  a: {command: [x], max_restarts: 1.5}
+  b: {command: [x], max_restarts: lots}
+  c: {command: [x], max_restarts: 5000000}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:2: max_restarts: must be an integer >= 0, got -1",
+                          "job.yaml:4: roles.a.max_restarts: must be an integer >= 0, got 1.5",
+                          "job.yaml:5: roles.b.max_restarts: must be an integer >= 0, got 'lots'",
+                          "job.yaml:6: roles.c.max_restarts: must be at most 1000000, got "
+                          "5000000"));
+}
+
+TEST(SpecParserTest, RejectsNegativeOrMalformedDurations) {
+  std::string msg = Refusal(R"yaml(name: j
+progress_timeout: -5s
+roles:
+  a: {command: [x], progress_timeout: -3}
+  b: {command: [x], progress_timeout: 5x}
+  c: {command: [x], progress_timeout: [1s]}
+  d: {command: [x], progress_timeout: 1h30m}
+  e: {command: [x], progress_timeout:}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:2: progress_timeout: must be a duration such as 500ms, 30s "
+                          "or 2m, got '-5s'",
+                          "job.yaml:4: roles.a.progress_timeout: must be a duration such as "
+                          "500ms, 30s or 2m, got -3",
+                          "job.yaml:5: roles.b.progress_timeout: must be a duration such as "
+                          "500ms, 30s or 2m, got '5x'",
+                          "job.yaml:6: roles.c.progress_timeout: must be a duration such as "
+                          "500ms, 30s or 2m, got a list",
+                          "job.yaml:7: roles.d.progress_timeout: must be a duration such as "
+                          "500ms, 30s or 2m, got '1h30m'",
+                          "job.yaml:8: roles.e.progress_timeout: must be a duration such as "
+                          "500ms, 30s or 2m, got nothing"));
+}
+
+TEST(SpecParserTest, RejectsBackoffMaxBelowInitial) {
+  std::string msg = Refusal(R"yaml(name: j
+backoff:
+  initial: 30s
+  max: 1s
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:4: backoff.max: must be at least initial (30s), got 1s");
+}
+
+TEST(SpecParserTest, RejectsBackoffBoundBeyondTheOtherDefault) {
+  EXPECT_EQ(Refusal("name: j\nbackoff: {max: 500ms}\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: backoff.max: must be at least initial (1s, the default), got 500ms");
+  EXPECT_EQ(Refusal("name: j\nbackoff: {initial: 1m}\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: backoff.initial: must be at most max (30s, the default), got 1m");
+}
+
+TEST(SpecParserTest, RejectsBadBackoffSection) {
+  std::string msg = Refusal(R"yaml(name: j
+backoff:
+  initial: soon
+  maxx: 30s
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:3: backoff.initial: must be a duration such as 500ms, 30s or "
+                          "2m, got 'soon'",
+                          "job.yaml:4: backoff.maxx: unknown key; did you mean 'max'? "
+                          "accepted keys: initial, max"));
+  EXPECT_EQ(Refusal("name: j\nbackoff: 5s\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: backoff: must be a map with initial and/or max, e.g. {initial: 1s, max: "
+            "30s}, got '5s'");
+}
+
+TEST(SpecParserTest, RejectsBadHeartbeat) {
+  std::string msg = Refusal(R"yaml(name: j
+heartbeat:
+  interval: 5ms
+  misses: 0
+  timeout: 3s
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:3: heartbeat.interval: must be at least 10ms, got 5ms",
+                          "job.yaml:4: heartbeat.misses: must be an integer >= 1, got 0",
+                          "job.yaml:5: heartbeat.timeout: unknown key; accepted keys: interval, "
+                          "misses"));
+  EXPECT_THAT(Refusal("name: j\nheartbeat: {interval: 0}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: heartbeat.interval: must be at least 10ms, got 0s"));
+  EXPECT_THAT(Refusal("name: j\nheartbeat: [1s]\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: heartbeat: must be a map with interval and/or misses"));
+}
+
+TEST(SpecParserTest, RejectsBadCheckpoint) {
+  std::string msg = Refusal(R"yaml(name: j
+checkpoint:
+  dir: ""
+  keep: 0
+  every: 100
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:3: checkpoint.dir: must be a directory path, absolute or "
+                          "relative to the job file, or a URI such as hdfs://nn/ckpt (leave it "
+                          "out for the default), got ''",
+                          "job.yaml:4: checkpoint.keep: must be an integer >= 1, got 0",
+                          "job.yaml:5: checkpoint.every: unknown key; accepted keys: dir, keep"));
+  EXPECT_THAT(Refusal("name: j\ncheckpoint: {dir: ~/ckpt}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: checkpoint.dir: '~' is not expanded;"));
+  EXPECT_THAT(Refusal("name: j\ncheckpoint: {dir: [a]}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: checkpoint.dir: must be a directory path"));
+  EXPECT_THAT(Refusal("name: j\ncheckpoint: ./ckpt\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: checkpoint: must be a map with dir and/or keep, e.g. {dir: "
+                        "./ckpt, keep: 3}, got './ckpt'"));
+}
+
+TEST(SpecParserTest, RejectsDatasetWithBothShardsAndSamples) {
+  std::string msg = Refusal(R"yaml(name: j
+dataset:
+  shards: [a.npz]
+  samples: 100
+  shard_size: 10
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_EQ(msg, "job.yaml:4: dataset.samples: cannot be given together with dataset.shards "
+                 "(line 3); a dataset is either shards (a list of files, e.g. [a.npz, b.npz]) or "
+                 "samples and shard_size (e.g. samples: 1797, shard_size: 64)");
+}
+
+TEST(SpecParserTest, RejectsDatasetWithNeitherShardsNorSamples) {
+  EXPECT_EQ(Refusal("name: j\ndataset: {epochs: 2}\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset: needs either shards (a list of files, e.g. [a.npz, b.npz]) or "
+            "samples and shard_size (e.g. samples: 1797, shard_size: 64)");
+  EXPECT_EQ(Refusal("name: j\ndataset:\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset: must be a map with either shards (a list of files, e.g. "
+            "[a.npz, b.npz]) or samples and shard_size (e.g. samples: 1797, shard_size: 64), got "
+            "nothing");
+}
+
+TEST(SpecParserTest, RejectsSamplesAndShardSizeWithoutEachOther) {
+  EXPECT_EQ(Refusal("name: j\ndataset:\n  samples: 100\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset.shard_size: required with samples; expected an integer >= 1, "
+            "e.g. shard_size: 64");
+  EXPECT_EQ(Refusal("name: j\ndataset:\n  shard_size: 10\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset.samples: required with shard_size; expected an integer >= 1, "
+            "e.g. samples: 1797");
+  EXPECT_EQ(Refusal("name: j\ndataset:\n  shards: [a]\n  shard_size: 10\nroles:\n  a: {command: "
+                    "[x]}\n"),
+            "job.yaml:4: dataset.shard_size: only goes with samples; with shards each file is "
+            "one shard, so drop it");
+}
+
+TEST(SpecParserTest, RejectsBadDatasetValues) {
+  std::string msg = Refusal(R"yaml(name: j
+dataset:
+  samples: 0
+  shard_size: -4
+  epochs: 0
+  lease_timeout: 0
+  lease_timout: 60s
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:3: dataset.samples: must be an integer >= 1, got 0",
+                          "job.yaml:4: dataset.shard_size: must be an integer >= 1, got -4",
+                          "job.yaml:5: dataset.epochs: must be an integer >= 1, got 0",
+                          "job.yaml:6: dataset.lease_timeout: must be longer than 0, e.g. 60s, "
+                          "got 0s",
+                          "job.yaml:7: dataset.lease_timout: unknown key; did you mean "
+                          "'lease_timeout'? "
+                          "accepted keys: shards, samples, shard_size, epochs, lease_timeout"));
+}
+
+TEST(SpecParserTest, RejectsBadShardLists) {
+  EXPECT_EQ(Refusal("name: j\ndataset: {shards: []}\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset.shards: must name at least one file, e.g. [a.npz, b.npz]");
+  EXPECT_EQ(Refusal("name: j\ndataset: {shards: a.npz}\nroles:\n  a: {command: [x]}\n"),
+            "job.yaml:2: dataset.shards: must be a list of files, e.g. [a.npz, b.npz], got "
+            "'a.npz'");
+  std::string msg = Refusal(R"yaml(name: j
+dataset:
+  shards:
+    - a.npz
+    - ""
+    - [b.npz]
+roles:
+  a: {command: [x]}
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre("job.yaml:5: dataset.shards[1]: must not be empty; expected a file "
+                          "name such as a.npz",
+                          "job.yaml:6: dataset.shards[2]: must be a file name, got a list"));
+}
+
+TEST(SpecParserTest, ReportsEveryFailureHandlingErrorInFileOrder) {
+  std::string msg = Refusal(R"yaml(name: j
+on_failure: restart-group
+max_restarts: many
+heartbeat: {interval: 1ms}
+dataset: {shards: [a], samples: 3}
+roles:
+  worker:
+    command: [x]
+    restart: never
+    instances: {min: 3, max: 2}
+    progress_timeout: forever
+)yaml");
+  EXPECT_THAT(Lines(msg),
+              ElementsAre(HasSubstr("job.yaml:3: max_restarts: must be an integer >= 0"),
+                          HasSubstr("job.yaml:4: heartbeat.interval: must be at least 10ms"),
+                          HasSubstr("job.yaml:5: dataset.samples: cannot be given together"),
+                          HasSubstr("job.yaml:9: roles.worker.restart: restart: never "
+                                    "contradicts on_failure: restart-group"),
+                          HasSubstr("job.yaml:10: roles.worker.instances.min: must not be more "
+                                    "than max (2), got 3"),
+                          HasSubstr("job.yaml:10: roles.worker.instances: {min, max} is only "
+                                    "allowed with on_failure: elastic"),
+                          HasSubstr("job.yaml:11: roles.worker.progress_timeout: must be a "
+                                    "duration")));
 }
 
 // --- YAML and files -----------------------------------------------------------------------------
@@ -945,6 +1704,10 @@ TEST(SpecParserFuzzTest, ReturnsForRandomAndMutatedDocuments) {
       kFullExample,
       "name: j\nroles:\n  a: {command: [x], depends_on: [b]}\n  b: {command: y, depends_on: [a]}\n",
       "name: j\nsuccess: {roles: [a]}\nroles:\n  a: &r {command: [x], env: {A: 1}}\n  b: *r\n",
+      kFailureExample,
+      "name: j\non_failure: elastic\nrestart: never\nbackoff: {initial: 0, max: 1s}\n"
+      "heartbeat: {interval: 10ms, misses: 2}\ncheckpoint:\ndataset: {shards: [a, b], epochs: 2}\n"
+      "roles:\n  w: {command: [x], instances: {min: 1, max: 3}, restart: always}\n",
   };
   const std::string alphabet = "abcxyz019 :-[]{},&*!|>'\"#?%@`\n\t.~";
   auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
