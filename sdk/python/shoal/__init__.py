@@ -1,0 +1,33 @@
+"""Shoal's training SDK: progress reports, crash-safe checkpoints and leased data shards.
+
+    import shoal
+
+    ckpt = shoal.Checkpointer()              # SHOAL_CHECKPOINT_DIR, keep SHOAL_CHECKPOINT_KEEP
+    step, state = ckpt.load_latest()         # (0, None) on the first launch
+    for epoch in range(epochs):
+        for shard in shoal.shards(epoch):
+            for i in shard.range():
+                ...                          # one training step
+                step += 1
+                shoal.progress(step)
+                if step % 100 == 0:
+                    ckpt.save(step, {...})
+            shard.done(step)
+
+The SDK talks only to the Shoal agent of its node, over the Unix socket in SHOAL_AGENT_SOCKET
+(docs/sdk-protocol.md). Without it (a script run by hand) progress and checkpoint reports are
+no-ops, checkpoints work locally, and data shards raise AgentUnavailable. See docs/sdk.md.
+"""
+
+from . import env
+from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, checkpoint_name,
+                         checkpoint_step)
+from .data import LeaseReply, Shard, lease, shards
+from .errors import (AgentError, AgentTimeout, AgentUnavailable, LeaseLost, ShoalError)
+from .reports import checkpointed, progress, resumed
+
+__all__ = [
+    "AgentError", "AgentTimeout", "AgentUnavailable", "CheckpointStorage", "Checkpointer",
+    "LeaseLost", "LeaseReply", "LocalDirStorage", "Shard", "ShoalError", "checkpoint_name",
+    "checkpoint_step", "checkpointed", "env", "lease", "progress", "resumed", "shards",
+]
