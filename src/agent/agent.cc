@@ -170,6 +170,35 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   auto agent = std::unique_ptr<Agent>(new Agent(std::move(options)));
   SupervisorCallbacks callbacks;
   Agent* self = agent.get();
+  SdkServerCallbacks sdk_callbacks;
+  sdk_callbacks.on_request = [self](uint64_t id, const std::string& task, uint32_t attempt,
+                                    const std::string& line) {
+    v1::AgentMessage m;
+    auto [role, index] = SplitKey(task);
+    m.mutable_sdk()->set_request_id(id);
+    m.mutable_sdk()->mutable_task()->set_role(role);
+    m.mutable_sdk()->mutable_task()->set_index(index);
+    m.mutable_sdk()->mutable_task()->set_attempt(attempt);
+    m.mutable_sdk()->set_json(line);
+    self->Send(m);
+  };
+  sdk_callbacks.on_stalled = [self](const std::string& task, uint32_t attempt, uint64_t step,
+                                    std::chrono::milliseconds silent) {
+    v1::AgentMessage m;
+    auto [role, index] = SplitKey(task);
+    m.mutable_stalled()->mutable_task()->set_role(role);
+    m.mutable_stalled()->mutable_task()->set_index(index);
+    m.mutable_stalled()->mutable_task()->set_attempt(attempt);
+    m.mutable_stalled()->set_last_step(step);
+    m.mutable_stalled()->set_silent_ms(static_cast<uint32_t>(silent.count()));
+    self->Send(m);
+  };
+  // Abstract namespace: no file to clean up, no path-length limit from a deep job directory.
+  auto sdk = SdkServer::Create(
+      absl::StrCat("@shoal-agent-", agent->options_.node_name, "-", ::getpid()),
+      std::move(sdk_callbacks));
+  if (!sdk.ok()) return sdk.status();
+  agent->sdk_ = std::move(*sdk);
   callbacks.on_output = [self](const std::string& key, OutputStream stream, std::string_view data) {
     v1::AgentMessage m;
     auto [role, index] = SplitKey(key);
@@ -212,12 +241,14 @@ Agent::~Agent() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (supervisor_ready_.valid()) supervisor_ready_.wait();
   supervisor_.reset();  // kills anything left
+  sdk_.reset();
   link_->Finish();
 }
 
 void Agent::Send(const v1::AgentMessage& message) { link_->Send(message); }
 
 void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
+  uint32_t attempt = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (starting_.count(key)) {
@@ -226,13 +257,16 @@ void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
     }
     live_.erase(key);
     stopping_.erase(key);
+    attempt = attempts_[key];
   }
   cv_.notify_all();
+  sdk_->TaskEnded(key, attempt);
   v1::AgentMessage m;
   auto [role, index] = SplitKey(key);
   auto* e = m.mutable_task_exited();
   e->mutable_task()->set_role(role);
   e->mutable_task()->set_index(index);
+  e->mutable_task()->set_attempt(attempt);
   e->set_exit_code(exit.exit_code);
   e->set_signal(exit.signal);
   e->set_stopped_by_agent(exit.stopped_by_request);
@@ -267,6 +301,7 @@ bool Agent::Connect() {
       auto* t = r->add_running_tasks();
       t->set_role(role);
       t->set_index(index);
+      t->set_attempt(attempts_[key]);
     }
   }
   return link_->SendFirstThenQueued(reg);
@@ -351,6 +386,9 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       }
       break;
     }
+    case v1::MasterMessage::kSdkReply:
+      sdk_->Reply(message.sdk_reply().request_id(), message.sdk_reply().json());
+      break;
     case v1::MasterMessage::kShutdown:
       shutting_down_ = true;
       stop_requested_ = true;
@@ -392,11 +430,21 @@ void Agent::Launch(const v1::MasterMessage& message) {
     if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
   }
   spec.env["SHOAL_CLUSTER_SPEC_FILE"] = options_.work_dir + "/cluster.json";
+  spec.env["SHOAL_AGENT_SOCKET"] = sdk_->address();
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (live_.count(key)) {
+      // The master only relaunches a task once its previous attempt was reported gone.
+      spdlog::error("refusing to launch {} attempt {}: attempt {} still runs", key,
+                    l.task().attempt(), attempts_[key]);
+      return;
+    }
     starting_.insert(key);
     live_.insert(key);
+    attempts_[key] = l.task().attempt();
   }
+  sdk_->TaskLaunched(key, l.task().attempt(),
+                     std::chrono::milliseconds(l.progress_timeout_ms()));
   if (Supervisor() == nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -438,13 +486,15 @@ void Agent::HeartbeatLoop() {
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();
     hb->set_sequence(++heartbeat_seq_);
-    for (const auto& key : live_) {
-      auto [role, index] = SplitKey(key);
+    lock.unlock();
+    for (const auto& p : sdk_->TakeProgress()) {
+      auto [role, index] = SplitKey(p.task);
       auto* t = hb->add_tasks();
       t->mutable_task()->set_role(role);
       t->mutable_task()->set_index(index);
+      t->mutable_task()->set_attempt(p.attempt);
+      t->set_step(p.step);
     }
-    lock.unlock();
     Send(m);
     lock.lock();
   }

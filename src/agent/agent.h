@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "agent/process_supervisor.h"
+#include "agent/sdk_server.h"
 
 namespace shoal::v1 {
 class AgentMessage;
@@ -74,6 +75,7 @@ class Agent {
   std::unique_ptr<ProcessSupervisor> supervisor_;  // set once supervisor_ready_ is ready
   std::shared_future<absl::Status> supervisor_ready_;
   std::unique_ptr<MasterLink> link_;
+  std::unique_ptr<SdkServer> sdk_;
   std::thread heartbeat_thread_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> shutting_down_{false};
@@ -85,6 +87,7 @@ class Agent {
   std::map<std::string, ProcessExit> early_exits_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> stopping_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint32_t> attempts_ ABSL_GUARDED_BY(mu_);  // task -> current attempt
   uint64_t heartbeat_seq_ = 0;
 };
 

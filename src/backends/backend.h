@@ -29,6 +29,7 @@ struct AgentStartOptions {
   std::string shoal_binary;    // the binary whose `agent` subcommand runs an agent
   std::map<std::string, uint32_t> ports_per_node;  // how many free ports each agent reports
   uint32_t master_grace_ms = 10000;
+  uint32_t heartbeat_interval_ms = 1000;
 };
 
 // Obtains and releases places to run agents for a gang of tasks. The master never knows which

@@ -94,6 +94,8 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary)
   if (const char* grace = std::getenv("SHOAL_AGENT_MASTER_GRACE_MS")) {
     options.agent_master_grace_ms = static_cast<uint32_t>(std::strtoul(grace, nullptr, 10));
   }
+  options.heartbeat_interval = spec->heartbeat.interval;
+  options.heartbeat_misses = static_cast<int>(spec->heartbeat.misses);
   if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
     options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
   }
@@ -129,6 +131,9 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
+  if (flags.heartbeat_interval_ms != 0) {
+    options.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
+  }
   if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
     options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
   }

@@ -15,6 +15,7 @@ struct AgentFlags {
   std::string work_dir;
   uint32_t ports = 0;
   uint32_t master_grace_ms = 10000;
+  uint32_t heartbeat_interval_ms = 0;
   bool keep_task_output = true;
   std::optional<uint32_t> fake_gpus;
 };

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--ports", agent.ports, "How many free ports to report");
   agent_cmd->add_option("--master-grace-ms", agent.master_grace_ms,
                         "Kill every task after the master is unreachable this long");
+  agent_cmd->add_option("--heartbeat-interval-ms", agent.heartbeat_interval_ms,
+                        "How often to heartbeat (0: the default, 1000)");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
   bool no_task_output = false;
   agent_cmd->add_flag("--no-task-output", no_task_output,

@@ -11,6 +11,11 @@ struct TaskPlacement {
   std::string role;
   uint32_t index = 0;         // index within the role
   uint32_t global_rank = 0;   // rank over all tasks of the job, chief/master role first
+  // Rank and count within the role in the current world. They differ from index / instances
+  // only for an elastic role that runs with fewer tasks than `instances`. role_world_size 0:
+  // use index and the role's instances.
+  uint32_t role_rank = 0;
+  uint32_t role_world_size = 0;
   std::string node;           // placement node name
   std::string address;        // host other tasks use to reach this task
   uint32_t port = 0;          // a port reserved for this task on its node
@@ -19,13 +24,15 @@ struct TaskPlacement {
   uint32_t local_world_size = 1;
   std::vector<uint32_t> cpu_affinity;
   std::vector<std::string> gpus;
+  uint32_t attempt = 0;       // SHOAL_RESTART_COUNT: how many times this task was restarted
 };
 
 // The whole job's placement, as every task sees it.
 struct ClusterPlan {
   std::string job_id;
   std::string job_dir;
-  uint32_t restart_count = 0;
+  uint32_t restart_count = 0;  // the rendezvous generation: group restarts and rescales
+  std::string checkpoint_dir;
   uint32_t num_nodes = 1;
   std::vector<TaskPlacement> tasks;  // ordered by global rank
 };

@@ -17,12 +17,20 @@ void AddShoalVariables(const spec::JobSpec& job, const ClusterPlan& plan, const 
   env["SHOAL_JOB_DIR"] = plan.job_dir;
   env["SHOAL_ROLE"] = task.role;
   env["SHOAL_INDEX"] = std::to_string(task.index);
-  env["SHOAL_ROLE_INSTANCES"] = std::to_string(role ? role->instances : 1);
+  env["SHOAL_ROLE_INSTANCES"] = std::to_string(
+      task.role_world_size != 0 ? task.role_world_size : (role ? role->instances : 1));
   env["SHOAL_RANK"] = std::to_string(task.global_rank);
   env["SHOAL_WORLD_SIZE"] = std::to_string(plan.tasks.size());
   env["SHOAL_NODE"] = task.node;
   env["SHOAL_TASK_PORT"] = std::to_string(task.port);
-  env["SHOAL_RESTART_COUNT"] = std::to_string(plan.restart_count);
+  // The task's own attempt (restart-task restarts it alone); TORCHELASTIC_RESTART_COUNT below
+  // counts the group's restarts, as torchrun does.
+  env["SHOAL_RESTART_COUNT"] = std::to_string(task.attempt);
+  env["SHOAL_GENERATION"] = std::to_string(plan.restart_count);
+  if (!plan.checkpoint_dir.empty()) {
+    env["SHOAL_CHECKPOINT_DIR"] = plan.checkpoint_dir;
+    env["SHOAL_CHECKPOINT_KEEP"] = std::to_string(job.checkpoint.keep);
+  }
   // Frameworks size their thread pools from this; without it every process takes every core.
   if (role != nullptr) {
     int threads = std::max(1, static_cast<int>(std::floor(role->resources.cpus)));
@@ -36,7 +44,9 @@ void AddTorchrunVariables(const spec::JobSpec& job, const ClusterPlan& plan,
                           const TaskPlacement& task, Environment& env) {
   const TaskPlacement& rank0 = plan.tasks.front();
   const spec::Role* role = job.FindRole(task.role);
-  uint32_t role_world = role ? role->instances : 1;
+  uint32_t role_world =
+      task.role_world_size != 0 ? task.role_world_size : (role ? role->instances : 1);
+  uint32_t role_rank = task.role_world_size != 0 ? task.role_rank : task.index;
   env["MASTER_ADDR"] = rank0.address;
   env["MASTER_PORT"] = std::to_string(rank0.port);
   env["RANK"] = std::to_string(task.global_rank);
@@ -46,7 +56,7 @@ void AddTorchrunVariables(const spec::JobSpec& job, const ClusterPlan& plan,
   env["GROUP_RANK"] = std::to_string(task.node_rank);
   env["GROUP_WORLD_SIZE"] = std::to_string(plan.num_nodes);
   env["ROLE_NAME"] = task.role;
-  env["ROLE_RANK"] = std::to_string(task.index);
+  env["ROLE_RANK"] = std::to_string(role_rank);
   env["ROLE_WORLD_SIZE"] = std::to_string(role_world);
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(plan.restart_count);
   env["TORCHELASTIC_MAX_RESTARTS"] = "0";

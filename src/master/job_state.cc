@@ -113,10 +113,47 @@ std::optional<nlohmann::json> JobState::Transition(TaskRecord& task, TaskState t
     record["exit_code"] = task.exit_code;
     record["signal"] = task.signal;
   }
-  if (to == TaskState::kFailed && task.tracked && !first_failure_) {
+  if (to == TaskState::kFailed && task.tracked && !task.restart_pending && !first_failure_) {
     first_failure_ = Outcome{JobPhase::kFailed, absl::StrCat(task.Key(), " ", reason)};
   }
   return record;
+}
+
+std::optional<nlohmann::json> JobState::Restart(TaskRecord& task) {
+  if (!IsTerminal(task.state)) return std::nullopt;
+  if (!task.in_world) SetInWorld(task, true);
+  if (task.state == TaskState::kSucceeded && task.decides_success) --success_tasks_succeeded_;
+  ++not_terminal_;
+  ++not_started_;
+  ++role_not_started_[task.role];
+  nlohmann::json record = {{"type", "task_state"},
+                           {"task", task.Key()},
+                           {"from", TaskStateName(task.state)},
+                           {"to", "pending"},
+                           {"attempt", task.attempt + 1}};
+  task.state = TaskState::kPending;
+  task.attempt++;
+  task.restart_pending = false;
+  task.hung_reason.clear();
+  task.pid = 0;
+  task.exit_code = 0;
+  task.signal = 0;
+  task.step = 0;
+  task.reason.clear();
+  return record;
+}
+
+void JobState::SetInWorld(TaskRecord& task, bool in_world) {
+  if (task.in_world == in_world || !IsTerminal(task.state)) return;
+  task.in_world = in_world;
+  if (!task.decides_success) return;
+  if (in_world) {
+    ++success_tasks_;
+    if (task.state == TaskState::kSucceeded) ++success_tasks_succeeded_;
+  } else {
+    --success_tasks_;
+    if (task.state == TaskState::kSucceeded) --success_tasks_succeeded_;
+  }
 }
 
 std::optional<Outcome> JobState::DecideOutcome() const {

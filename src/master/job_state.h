@@ -31,6 +31,15 @@ struct TaskRecord {
   int exit_code = 0;
   int signal = 0;
   std::string reason;  // one line: why it failed or was killed
+  uint32_t attempt = 0;       // launches so far minus one: SHOAL_RESTART_COUNT of the current one
+  uint32_t restarts = 0;      // restart-task restarts spent on this task
+  // Set by the master before a failure or stop that a restart will follow, so that the failure
+  // does not decide the job's outcome.
+  bool restart_pending = false;
+  // False for an elastic slot left out of the current world; it does not count for success.
+  bool in_world = true;
+  uint64_t step = 0;          // last step reported through the SDK
+  std::string hung_reason;    // set when the task was killed for lack of progress
 
   std::string Key() const { return role + ":" + std::to_string(index); }
 };
@@ -54,6 +63,13 @@ class JobState {
   // journal record of the change.
   std::optional<nlohmann::json> Transition(TaskRecord& task, TaskState to,
                                            const std::string& reason = "");
+
+  // Starts a new attempt of a finished task: back to pending, attempt + 1. Returns the journal
+  // record, or nullopt if the task is not terminal.
+  std::optional<nlohmann::json> Restart(TaskRecord& task);
+  // Leaves a finished task out of (or takes it back into) the world. Out of the world it does not
+  // count for success.
+  void SetInWorld(TaskRecord& task, bool in_world);
 
   // Decided once a tracked task failed (the first failure names the job's reason) or every
   // task of the success roles succeeded. nullopt while the job should go on.

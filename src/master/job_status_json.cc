@@ -26,7 +26,14 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
         {"exit_code", t.exit_code()},
         {"signal", t.signal()},
         {"reason", t.reason()},
+        {"restarts", t.attempt()},
+        {"in_world", t.in_world()},
+        {"step", t.step()},
     });
+  }
+  nlohmann::json shards = nullptr;
+  if (!status.shards_json().empty()) {
+    shards = nlohmann::json::parse(status.shards_json(), nullptr, false);
   }
   return {
       {"job_id", status.job_id()},
@@ -35,6 +42,10 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
       {"reason", status.reason()},
       {"created_unix_ms", status.created_unix_ms()},
       {"finished_unix_ms", status.finished_unix_ms()},
+      {"generation", status.generation()},
+      {"group_restarts", status.group_restarts()},
+      {"world_size", status.world_size()},
+      {"shards", shards},
       {"tasks", tasks},
   };
 }

@@ -13,6 +13,7 @@
 #include "frameworks/framework_env.h"
 #include "master/job_status_json.h"
 #include "master/master_service.h"
+#include "master/shard_table.h"
 #include "master/task_logs.h"
 #include "master/watch_queue.h"
 #include "shoal/v1/shoal.grpc.pb.h"
@@ -62,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
   auto logs = TaskLogs::Open(master->options_.job_dir);
   if (!logs.ok()) return logs.status();
   master->logs_ = std::move(*logs);
+  if (master->options_.spec.dataset.configured) {
+    master->shards_ = std::make_unique<ShardTable>(master->options_.spec.dataset);
+  }
   return master;
 }
 
@@ -163,7 +167,10 @@ uint64_t Master::AgentConnected(std::shared_ptr<AgentConnection> connection) {
 void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_id,
                                   const v1::AgentMessage& message) {
   connection->Touch(options_.clock->Now());
-  if (message.kind_case() == v1::AgentMessage::kHeartbeat) return;
+  // A heartbeat only wakes the loop when it carries new SDK progress.
+  if (message.kind_case() == v1::AgentMessage::kHeartbeat && message.heartbeat().tasks().empty()) {
+    return;
+  }
   loop_.Post([this, session_id, message] {
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
@@ -173,6 +180,13 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
         OnRegister(session, message);
         break;
       case v1::AgentMessage::kHeartbeat:
+        OnProgress(message);
+        break;
+      case v1::AgentMessage::kStalled:
+        OnTaskStalled(message);
+        break;
+      case v1::AgentMessage::kSdk:
+        OnSdkRequest(session, message);
         break;
       case v1::AgentMessage::kTaskStarted:
         OnTaskStarted(message);
@@ -279,6 +293,7 @@ void Master::TryAdmit() {
   start.job_dir = options_.job_dir;
   start.shoal_binary = options_.shoal_binary;
   start.master_grace_ms = options_.agent_master_grace_ms;
+  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
   for (const auto& p : placement_) start.ports_per_node[p.node]++;
   for (const auto& g : grants_) start.ports_per_node.try_emplace(g.name, 0);
   if (auto st = backend_->StartAgents(start); !st.ok()) {
@@ -339,35 +354,64 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
 void Master::CompleteRendezvous() {
   loop_.CancelTimer(register_timer_);
   rendezvous_done_ = true;
-  plan_ = frameworks::ClusterPlan{};
-  plan_.job_id = options_.job_id;
-  plan_.job_dir = options_.job_dir;
-  plan_.num_nodes = static_cast<uint32_t>(grants_.size());
-  std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, port_next;
-  for (size_t i = 0; i < grants_.size(); ++i) node_rank[grants_[i].name] = static_cast<uint32_t>(i);
-  for (const auto& p : placement_) per_node_count[p.node]++;
-  for (size_t i = 0; i < placement_.size(); ++i) {
-    const PlacedTask& p = placement_[i];
-    TaskRecord& rec = state_.tasks()[i];
+  // Each task keeps its port for the life of the job: a restarted task binds the port its
+  // predecessor held, which the kernel freed when that process died.
+  std::map<std::string, uint32_t> port_next;
+  for (const auto& p : placement_) {
     AgentSession* s = SessionForNode(p.node);
-    frameworks::TaskPlacement t;
-    t.role = p.role;
-    t.index = p.index;
-    t.global_rank = rec.global_rank;
-    t.node = p.node;
-    t.address = s->address;
     uint32_t& next_port = port_next[p.node];
-    if (next_port >= s->free_ports.size()) {
+    if (s == nullptr || next_port >= s->free_ports.size()) {
       BeginStopping(JobPhase::kFailed,
                     absl::StrCat("the agent on ", p.node, " reported too few free ports"));
       return;
     }
-    t.port = s->free_ports[next_port++];
+    slot_ports_[absl::StrCat(p.role, ":", p.index)] = s->free_ports[next_port++];
+  }
+  if (!BuildPlan()) return;
+  SetPhase(JobPhase::kStarting, "launching tasks");
+  SendClusterSpec();
+  LaunchReadyRoles();
+}
+
+bool Master::BuildPlan() {
+  plan_ = frameworks::ClusterPlan{};
+  plan_.job_id = options_.job_id;
+  plan_.job_dir = options_.job_dir;
+  plan_.restart_count = generation_;
+  plan_.checkpoint_dir = options_.spec.checkpoint.dir.empty()
+                             ? options_.job_dir + "/checkpoints"
+                             : options_.spec.checkpoint.dir;
+  plan_.num_nodes = static_cast<uint32_t>(grants_.size());
+  std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, role_count, role_next;
+  for (size_t i = 0; i < grants_.size(); ++i) node_rank[grants_[i].name] = static_cast<uint32_t>(i);
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    const TaskRecord& rec = state_.tasks()[i];
+    if (!rec.in_world) continue;
+    per_node_count[placement_[i].node]++;
+    role_count[rec.role]++;
+  }
+  uint32_t rank = 0;
+  for (size_t i = 0; i < placement_.size(); ++i) {
+    const PlacedTask& p = placement_[i];
+    TaskRecord& rec = state_.tasks()[i];
+    if (!rec.in_world) continue;
+    AgentSession* s = SessionForNode(p.node);
+    frameworks::TaskPlacement t;
+    t.role = p.role;
+    t.index = p.index;
+    rec.global_rank = rank++;
+    t.global_rank = rec.global_rank;
+    t.node = p.node;
+    t.address = s != nullptr ? s->address : "";
+    t.port = slot_ports_[rec.Key()];
     t.node_rank = node_rank[p.node];
     t.local_rank = per_node_next[p.node]++;
     t.local_world_size = per_node_count[p.node];
+    t.role_rank = role_next[p.role]++;
+    t.role_world_size = role_count[p.role];
     t.cpu_affinity = p.cores;
     t.gpus = p.gpus;
+    t.attempt = rec.attempt;
     rec.node = p.node;
     plan_.tasks.push_back(std::move(t));
   }
@@ -376,15 +420,20 @@ void Master::CompleteRendezvous() {
     ranks.push_back({{"task", absl::StrCat(t.role, ":", t.index)}, {"rank", t.global_rank},
                      {"node", t.node}, {"address", t.address}, {"port", t.port}});
   }
-  Journal({{"type", "rendezvous"}, {"world_size", plan_.tasks.size()}, {"ranks", ranks}});
-  SetPhase(JobPhase::kStarting, "launching tasks");
+  Journal({{"type", "rendezvous"},
+           {"generation", generation_},
+           {"world_size", plan_.tasks.size()},
+           {"ranks", ranks}});
+  return true;
+}
+
+void Master::SendClusterSpec() {
   v1::MasterMessage cluster;
   cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
   cluster.mutable_cluster()->set_generation(plan_.restart_count);
   for (auto& [id, s] : sessions_) {
     if (s.registered) SendToAgent(s, cluster);
   }
-  LaunchReadyRoles();
 }
 
 void Master::LaunchReadyRoles() {
@@ -401,10 +450,14 @@ void Master::LaunchReadyRoles() {
     for (size_t i = 0; i < plan_.tasks.size(); ++i) {
       const frameworks::TaskPlacement& t = plan_.tasks[i];
       if (t.role != role.name) continue;
+      TaskRecord* pending = state_.Find(t.role, t.index);
+      if (pending == nullptr || pending->state != TaskState::kPending) continue;
       v1::MasterMessage msg;
       v1::TaskLaunch* launch = msg.mutable_launch();
       launch->mutable_task()->set_role(t.role);
       launch->mutable_task()->set_index(t.index);
+      launch->mutable_task()->set_attempt(pending->attempt);
+      launch->set_progress_timeout_ms(static_cast<uint32_t>(role.progress_timeout.count()));
       if (!role.argv.empty()) {
         for (const auto& a : role.argv) launch->add_argv(a);
       } else {
@@ -424,7 +477,7 @@ void Master::LaunchReadyRoles() {
       Transition(*rec, TaskState::kStarting);
       if (s == nullptr) {
         rec->exit_code = -1;
-        Transition(*rec, TaskState::kFailed, "could not be sent to its agent");
+        HandleTaskFailure(*rec, "could not be sent to its agent: the agent is gone");
       } else {
         SendToAgent(*s, msg);  // a lost agent shows up as its disconnection
       }
@@ -438,7 +491,7 @@ void Master::LaunchReadyRoles() {
 void Master::OnTaskStarted(const v1::AgentMessage& message) {
   const auto& m = message.task_started();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
-  if (rec == nullptr) return;
+  if (rec == nullptr || rec->attempt != m.task().attempt()) return;
   rec->pid = m.pid();
   Transition(*rec, TaskState::kRunning);
   if (state_.AllStarted() && phase_ == JobPhase::kStarting) {
@@ -450,21 +503,24 @@ void Master::OnTaskStarted(const v1::AgentMessage& message) {
 void Master::OnTaskExited(const v1::AgentMessage& message) {
   const auto& m = message.task_exited();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
-  if (rec == nullptr) return;
+  if (rec == nullptr || rec->attempt != m.task().attempt() || IsTerminal(rec->state)) return;
   // Whatever partial line the task left goes out too, so its last words are not lost.
   if (std::string lines = logs_->FinishTask(rec->Key()); !lines.empty()) PublishLogLines(lines);
   rec->exit_code = m.exit_code();
   rec->signal = m.signal();
   if (!m.error().empty()) {
-    Transition(*rec, TaskState::kFailed, absl::StrCat("could not start: ", m.error()));
+    HandleTaskFailure(*rec, absl::StrCat("could not start: ", m.error()));
+  } else if (!rec->hung_reason.empty()) {
+    HandleTaskFailure(*rec, rec->hung_reason);
   } else if (m.stopped_by_agent()) {
     Transition(*rec, TaskState::kKilled, rec->reason.empty() ? "stopped by Shoal" : rec->reason);
   } else if (m.signal() == 0 && m.exit_code() == 0) {
-    Transition(*rec, TaskState::kSucceeded);
+    HandleCleanExit(*rec);
   } else {
-    Transition(*rec, TaskState::kFailed, DescribeExit(m.exit_code(), m.signal()));
+    HandleTaskFailure(*rec, DescribeExit(m.exit_code(), m.signal()));
   }
   EvaluateOutcome();
+  MaybeRelaunchGroup();
   MaybeFinish();
 }
 
@@ -522,14 +578,15 @@ void Master::OnPlaceLost(const std::string& node, const std::string& why) {
 void Master::FailTasksOnNode(const std::string& node, const std::string& reason) {
   for (auto& t : state_.tasks()) {
     if (t.node != node || IsTerminal(t.state)) continue;
-    if (phase_ == JobPhase::kStopping) {
-      Transition(t, TaskState::kKilled, reason);
+    if (phase_ == JobPhase::kStopping || t.restart_pending) {
+      Transition(t, TaskState::kKilled, t.restart_pending ? t.reason : reason);
     } else {
       t.exit_code = -1;
-      Transition(t, TaskState::kFailed, reason);
+      HandleTaskFailure(t, reason);
     }
   }
   EvaluateOutcome();
+  MaybeRelaunchGroup();
   MaybeFinish();
 }
 
@@ -548,6 +605,429 @@ void Master::CheckHeartbeats() {
     FailTasksOnNode(node, absl::StrFormat("lost: the agent on %s was silent for %.1fs", node, secs));
   }
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+// ---------------------------------------------------------------- failure handling
+
+void Master::OnProgress(const v1::AgentMessage& message) {
+  for (const auto& p : message.heartbeat().tasks()) {
+    TaskRecord* rec = state_.Find(p.task().role(), p.task().index());
+    if (rec == nullptr || rec->attempt != p.task().attempt()) continue;
+    rec->step = p.step();
+    status_dirty_ = true;
+    if (shards_) shards_->Progress(rec->Key(), options_.clock->Now());
+  }
+}
+
+void Master::OnTaskStalled(const v1::AgentMessage& message) {
+  const auto& m = message.stalled();
+  TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
+  if (rec == nullptr || rec->attempt != m.task().attempt() || rec->state != TaskState::kRunning ||
+      phase_ == JobPhase::kStopping || IsTerminal(phase_)) {
+    return;
+  }
+  rec->hung_reason = absl::StrFormat("hung: no progress for %.1fs after step %d",
+                                     m.silent_ms() / 1000.0, m.last_step());
+  Journal({{"type", "task_hung"},
+           {"task", rec->Key()},
+           {"attempt", rec->attempt},
+           {"last_step", m.last_step()},
+           {"silent_ms", m.silent_ms()}});
+  spdlog::warn("{} is {}; killing it", rec->Key(), rec->hung_reason);
+  EmitNotice(absl::StrCat(rec->Key(), " is ", rec->hung_reason, "; killing it"));
+  // No grace: a hung process rarely handles SIGTERM, and every second it holds the group is lost.
+  StopTask(*rec, std::chrono::milliseconds(0), rec->hung_reason);
+}
+
+void Master::OnSdkRequest(AgentSession& session, const v1::AgentMessage& message) {
+  const auto& m = message.sdk();
+  auto fail = [&](const std::string& why) {
+    ReplySdk(session, m.request_id(), {{"ok", false}, {"error", why}});
+  };
+  TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
+  if (rec == nullptr || rec->attempt != m.task().attempt() || IsTerminal(rec->state)) {
+    return fail(absl::StrCat("task ", m.task().role(), ":", m.task().index(), " attempt ",
+                             m.task().attempt(), " is not current"));
+  }
+  nlohmann::json req = nlohmann::json::parse(m.json(), nullptr, false);
+  if (!req.is_object()) return fail("the request is not a JSON object");
+  std::string op = req.value("op", "");
+  auto now = options_.clock->Now();
+  std::vector<nlohmann::json> records;
+  auto journal_records = [&] {
+    for (auto& r : records) Journal(std::move(r));
+    records.clear();
+  };
+  auto step_of = [&](const char* key) -> std::optional<int64_t> {
+    if (!req.contains(key) || !req[key].is_number_integer()) return std::nullopt;
+    return req[key].get<int64_t>();
+  };
+  if (op == "checkpointed") {
+    Journal({{"type", "checkpoint"}, {"task", rec->Key()}, {"step", step_of("step").value_or(0)}});
+    if (grow_pending_) BeginGrowth();
+    return;
+  }
+  if (op == "resumed") {
+    int64_t step = step_of("step").value_or(0);
+    Journal({{"type", "resumed"}, {"task", rec->Key()}, {"attempt", rec->attempt}, {"step", step}});
+    if (shards_ && shards_->frozen()) {
+      auto reopened = shards_->Resumed(step, &records);
+      journal_records();
+      if (!reopened.ok()) return fail(std::string(reopened.status().message()));
+    }
+    return ReplySdk(session, m.request_id(), {{"ok", true}});
+  }
+  if (!shards_) return fail("the job file has no dataset section, so there are no shards to lease");
+  if (op == "lease") {
+    if (!req.contains("epoch") || !req["epoch"].is_number_unsigned()) {
+      return fail("lease needs an epoch (an integer >= 0)");
+    }
+    bool wait = req.value("wait", true);
+    auto result = shards_->Lease(rec->Key(), rec->attempt, req["epoch"].get<uint32_t>(), wait,
+                                 now, &records);
+    journal_records();
+    if (!result.ok()) return fail(std::string(result.status().message()));
+    ReplySdk(session, m.request_id(), result->ToReply());
+    ArmLeaseTimer();
+    return;
+  }
+  if (op == "done") {
+    auto step = step_of("step");
+    if (!req.contains("epoch") || !req["epoch"].is_number_unsigned() || !req.contains("shard") ||
+        !req["shard"].is_number_unsigned() || !step) {
+      return fail("done needs epoch, shard and step (integers >= 0)");
+    }
+    auto st = shards_->Done(rec->Key(), rec->attempt, req["epoch"].get<uint32_t>(),
+                            req["shard"].get<uint64_t>(), *step, now, &records);
+    journal_records();
+    if (!st.ok()) return fail(std::string(st.message()));
+    return ReplySdk(session, m.request_id(), {{"ok", true}});
+  }
+  fail(absl::StrCat("unknown op '", op, "'"));
+}
+
+void Master::ArmLeaseTimer() {
+  if (!shards_ || lease_timer_armed_) return;
+  auto next = shards_->NextDeadline();
+  if (!next) return;
+  lease_timer_armed_ = true;
+  auto delay = std::chrono::duration_cast<std::chrono::milliseconds>(*next - options_.clock->Now());
+  loop_.PostAfter(std::max(delay, std::chrono::milliseconds(0)) + std::chrono::milliseconds(1),
+                  [this] {
+                    lease_timer_armed_ = false;
+                    std::vector<nlohmann::json> records;
+                    shards_->ExpireLeases(options_.clock->Now(), &records);
+                    for (auto& r : records) Journal(std::move(r));
+                    ArmLeaseTimer();
+                  });
+}
+
+void Master::ReleaseShards(const TaskRecord& task, const std::string& why) {
+  if (!shards_) return;
+  std::vector<nlohmann::json> records;
+  shards_->ReleaseTask(task.Key(), why, &records);
+  for (auto& r : records) Journal(std::move(r));
+}
+
+void Master::ReplySdk(AgentSession& session, uint64_t request_id, const nlohmann::json& reply) {
+  if (request_id == 0) return;
+  v1::MasterMessage msg;
+  msg.mutable_sdk_reply()->set_request_id(request_id);
+  msg.mutable_sdk_reply()->set_json(reply.dump());
+  SendToAgent(session, msg);
+}
+
+void Master::StopTask(TaskRecord& task, std::chrono::milliseconds grace,
+                      const std::string& reason) {
+  if (task.state == TaskState::kPending) {
+    Transition(task, TaskState::kKilled, reason);
+    return;
+  }
+  if (IsTerminal(task.state)) return;
+  task.reason = reason;
+  AgentSession* s = SessionForNode(task.node);
+  if (s == nullptr) {
+    Transition(task, TaskState::kKilled, reason + "; its agent is gone");
+    return;
+  }
+  v1::MasterMessage msg;
+  auto* t = msg.mutable_stop()->add_tasks();
+  t->set_role(task.role);
+  t->set_index(task.index);
+  t->set_attempt(task.attempt);
+  msg.mutable_stop()->set_grace_ms(static_cast<uint32_t>(grace.count()));
+  SendToAgent(*s, msg);
+}
+
+std::chrono::milliseconds Master::Backoff(uint32_t restart_number) const {
+  const auto& b = options_.spec.backoff;
+  if (restart_number == 0 || b.initial.count() == 0) return std::chrono::milliseconds(0);
+  auto delay = b.initial;
+  for (uint32_t i = 1; i < restart_number && delay < b.max; ++i) delay *= 2;
+  return std::min(delay, b.max);
+}
+
+bool Master::InGroup(const TaskRecord& task) const {
+  const spec::Role* role = options_.spec.FindRole(task.role);
+  return role != nullptr && role->on_failure != spec::OnFailure::kRestartTask;
+}
+
+void Master::HandleCleanExit(TaskRecord& task) {
+  const spec::Role* role = options_.spec.FindRole(task.role);
+  if (role != nullptr && role->restart == spec::RestartMode::kAlways &&
+      role->on_failure == spec::OnFailure::kRestartTask && phase_ != JobPhase::kStopping &&
+      !IsTerminal(phase_) && task.restarts < role->max_restarts) {
+    task.restart_pending = true;
+    Transition(task, TaskState::kSucceeded);
+    ScheduleTaskRestart(task, "exited with code 0 and restarts always");
+    return;
+  }
+  Transition(task, TaskState::kSucceeded);
+}
+
+void Master::HandleTaskFailure(TaskRecord& task, const std::string& reason) {
+  const spec::Role* role = options_.spec.FindRole(task.role);
+  ReleaseShards(task, absl::StrCat(task.Key(), " ", reason));
+  bool stopping = phase_ == JobPhase::kStopping || IsTerminal(phase_);
+  // A task of the group that was being stopped for a restart anyway: its failure is part of the
+  // same incident and costs no extra restart.
+  if (task.restart_pending || (group_restart_in_progress_ && InGroup(task))) {
+    task.restart_pending = true;
+    Transition(task, TaskState::kFailed, reason);
+    return;
+  }
+  if (stopping || role == nullptr || role->restart == spec::RestartMode::kNever ||
+      role->on_failure == spec::OnFailure::kFailJob) {
+    Transition(task, TaskState::kFailed, reason);
+    return;
+  }
+  if (role->on_failure == spec::OnFailure::kRestartTask) {
+    if (task.restarts >= role->max_restarts) {
+      Transition(task, TaskState::kFailed,
+                 absl::StrCat(reason, "; its restart limit (", role->max_restarts, ") is spent"));
+      return;
+    }
+    task.restart_pending = true;
+    Transition(task, TaskState::kFailed, reason);
+    ScheduleTaskRestart(task, reason);
+    return;
+  }
+  // restart-group or elastic: one budget for the whole group.
+  if (group_restarts_ >= role->max_restarts) {
+    Transition(task, TaskState::kFailed,
+               absl::StrCat(reason, "; the job's restart limit (", role->max_restarts,
+                            ") is spent"));
+    return;
+  }
+  task.restart_pending = true;
+  Transition(task, TaskState::kFailed, reason);
+  ++group_restarts_;
+  // Elastic: the survivors go on at once without the lost slot, which waits out the backoff.
+  bool shrunk = role->on_failure == spec::OnFailure::kElastic && role->min_instances > 0 &&
+                ParkSlot(task);
+  BeginGroupRestart(absl::StrCat(task.Key(), " ", reason), /*failure=*/!shrunk);
+}
+
+void Master::ScheduleTaskRestart(TaskRecord& task, const std::string& why) {
+  task.restarts++;
+  auto delay = Backoff(task.restarts);
+  const spec::Role* role = options_.spec.FindRole(task.role);
+  task.reason = absl::StrFormat("%s; restarting in %.1fs (restart %d of %d)", why,
+                                delay.count() / 1000.0, task.restarts,
+                                role ? role->max_restarts : 0);
+  Journal({{"type", "restart_scheduled"},
+           {"task", task.Key()},
+           {"attempt", task.attempt + 1},
+           {"restart", task.restarts},
+           {"delay_ms", delay.count()},
+           {"cause", why}});
+  EmitNotice(absl::StrCat(task.Key(), " ", task.reason));
+  loop_.PostAfter(delay, [this, role = task.role, index = task.index, attempt = task.attempt] {
+    RelaunchTask(role, index, attempt);
+  });
+}
+
+void Master::RelaunchTask(const std::string& role_name, uint32_t index, uint32_t attempt) {
+  TaskRecord* rec = state_.Find(role_name, index);
+  if (rec == nullptr || rec->attempt != attempt || !rec->restart_pending) return;
+  if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  if (auto record = state_.Restart(*rec)) Journal(std::move(*record));
+  for (auto& t : plan_.tasks) {
+    if (t.role == role_name && t.index == index) t.attempt = rec->attempt;
+  }
+  // LaunchReadyRoles launches pending tasks of roles not yet marked launched.
+  launched_roles_.erase(std::remove(launched_roles_.begin(), launched_roles_.end(), role_name),
+                        launched_roles_.end());
+  LaunchReadyRoles();
+}
+
+bool Master::ParkSlot(TaskRecord& task) {
+  const spec::Role* role = options_.spec.FindRole(task.role);
+  uint32_t in_world = 0;
+  for (const auto& t : state_.tasks()) {
+    if (t.role == task.role && t.in_world && &t != &task) ++in_world;
+  }
+  if (in_world < role->min_instances) return false;  // cannot shrink below min: keep the slot
+  uint32_t failures = ++slot_failures_[task.Key()];
+  parked_until_[task.Key()] = options_.clock->Now() + Backoff(failures);
+  state_.SetInWorld(task, false);
+  Journal({{"type", "slot_parked"},
+           {"task", task.Key()},
+           {"world", in_world},
+           {"back_in_ms", Backoff(failures).count()}});
+  task.reason = absl::StrFormat("%s; left out of the world (elastic, %d of %d remain), back in %.1fs",
+                                task.reason, in_world, role->max_instances,
+                                Backoff(failures).count() / 1000.0);
+  return true;
+}
+
+void Master::BeginGroupRestart(const std::string& reason, bool failure) {
+  group_restart_in_progress_ = true;
+  group_restart_for_failure_ = failure;
+  group_restart_reason_ = reason;
+  Journal({{"type", "group_restart_begun"},
+           {"generation", generation_ + 1},
+           {"reason", reason},
+           {"failure", failure},
+           {"restarts", group_restarts_}});
+  EmitNotice(absl::StrCat(failure ? "restarting the group" : "re-forming the group", " (restart ",
+                          group_restarts_, "): ", reason));
+  if (shards_) {
+    std::vector<nlohmann::json> records;
+    if (options_.spec.checkpoint.configured) {
+      // Shards completed after the checkpoint the new generation resumes from are redone.
+      shards_->BeginRollback(&records);
+    } else {
+      for (const auto& t : state_.tasks()) {
+        if (InGroup(t)) shards_->ReleaseTask(t.Key(), ShardTable::kGroupRestartReason, &records);
+      }
+    }
+    for (auto& r : records) Journal(std::move(r));
+  }
+  std::string why = failure ? absl::StrCat("stopped for a group restart: ", reason)
+                            : absl::StrCat("stopped for a rescale: ", reason);
+  for (auto& t : state_.tasks()) {
+    if (!InGroup(t) || IsTerminal(t.state)) continue;
+    t.restart_pending = true;
+    StopTask(t, options_.stop_grace, why);
+  }
+  MaybeRelaunchGroup();
+}
+
+void Master::MaybeRelaunchGroup() {
+  if (!group_restart_in_progress_ || phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  for (const auto& t : state_.tasks()) {
+    if (InGroup(t) && !IsTerminal(t.state)) return;
+  }
+  group_restart_in_progress_ = false;
+  auto delay = group_restart_for_failure_ ? Backoff(group_restarts_) : std::chrono::milliseconds(0);
+  // Elastic roles below min wait for their parked slots.
+  auto now = options_.clock->Now();
+  for (const auto& role : options_.spec.roles) {
+    if (role.min_instances == 0) continue;
+    uint32_t in_world = 0;
+    std::vector<Clock::TimePoint> back;
+    for (const auto& t : state_.tasks()) {
+      if (t.role != role.name) continue;
+      if (t.in_world) {
+        ++in_world;
+      } else {
+        back.push_back(parked_until_[t.Key()]);
+      }
+    }
+    std::sort(back.begin(), back.end());
+    for (size_t i = 0; in_world + i < role.min_instances && i < back.size(); ++i) {
+      if (back[i] > now) delay = std::max(delay, std::chrono::duration_cast<std::chrono::milliseconds>(back[i] - now));
+    }
+  }
+  uint32_t gen = generation_;
+  loop_.PostAfter(delay, [this, gen] {
+    if (generation_ != gen || group_restart_in_progress_) return;
+    RelaunchGroup();
+  });
+}
+
+void Master::RelaunchGroup() {
+  if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  auto now = options_.clock->Now();
+  // Elastic slots come back when their time is up, or earlier when the role is below min.
+  for (const auto& role : options_.spec.roles) {
+    if (role.min_instances == 0) continue;
+    uint32_t in_world = 0;
+    for (const auto& t : state_.tasks()) in_world += (t.role == role.name && t.in_world);
+    for (auto& t : state_.tasks()) {
+      if (t.role != role.name || t.in_world) continue;
+      if (parked_until_[t.Key()] <= now || in_world < role.min_instances) {
+        state_.SetInWorld(t, true);
+        ++in_world;
+      }
+    }
+  }
+  ++generation_;
+  for (auto& t : state_.tasks()) {
+    if (!InGroup(t) || !t.in_world) continue;
+    t.restart_pending = true;  // Restart clears it
+    if (auto record = state_.Restart(t)) Journal(std::move(*record));
+  }
+  if (!BuildPlan()) return;
+  Journal({{"type", "group_restarted"}, {"generation", generation_}, {"world_size", plan_.tasks.size()}});
+  EmitNotice(absl::StrCat("generation ", generation_, ": ", plan_.tasks.size(), " tasks rejoin"));
+  SendClusterSpec();
+  launched_roles_.clear();
+  for (const auto& t : state_.tasks()) {
+    // Roles outside the group keep running and count as launched.
+    if (!InGroup(t) &&
+        std::find(launched_roles_.begin(), launched_roles_.end(), t.role) == launched_roles_.end()) {
+      launched_roles_.push_back(t.role);
+    }
+  }
+  LaunchReadyRoles();
+  CheckGrowth();
+}
+
+// Elastic: parked slots come back once their backoff has passed. The job grows towards max at
+// the next checkpoint (no work lost), or at once when the job keeps no checkpoints.
+void Master::CheckGrowth() {
+  if (parked_until_.empty() || phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  auto now = options_.clock->Now();
+  std::optional<Clock::TimePoint> next;
+  bool ready = false;
+  for (const auto& t : state_.tasks()) {
+    if (t.in_world) continue;
+    auto until = parked_until_[t.Key()];
+    if (until <= now) {
+      ready = true;
+    } else if (!next || until < *next) {
+      next = until;
+    }
+  }
+  if (ready && !group_restart_in_progress_) {
+    grow_pending_ = true;
+    if (!options_.spec.checkpoint.configured) BeginGrowth();
+    return;
+  }
+  if (next && !grow_timer_set_) {
+    grow_timer_set_ = true;
+    loop_.PostAfter(std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
+                        std::chrono::milliseconds(1),
+                    [this] {
+                      grow_timer_set_ = false;
+                      CheckGrowth();
+                    });
+  }
+}
+
+void Master::BeginGrowth() {
+  if (!grow_pending_ || group_restart_in_progress_ || phase_ == JobPhase::kStopping ||
+      IsTerminal(phase_)) {
+    return;
+  }
+  grow_pending_ = false;
+  uint32_t back = 0;
+  auto now = options_.clock->Now();
+  for (const auto& t : state_.tasks()) back += (!t.in_world && parked_until_[t.Key()] <= now);
+  if (back == 0) return;
+  BeginGroupRestart(absl::StrCat("capacity is back for ", back, " task(s)"), /*failure=*/false);
 }
 
 // ---------------------------------------------------------------- outcome and shutdown
@@ -699,14 +1179,24 @@ void Master::PublishStatus() {
     auto* ts = status.add_tasks();
     ts->mutable_task()->set_role(t.role);
     ts->mutable_task()->set_index(t.index);
-    ts->set_state(ToProto(t.state));
+    // A finished task that will be started again shows as pending: "failed" would read as final.
+    ts->set_state(t.restart_pending && IsTerminal(t.state) && t.in_world
+                      ? v1::TASK_STATE_PENDING
+                      : ToProto(t.state));
     ts->set_node(t.node);
     ts->set_pid(t.pid);
     ts->set_exit_code(t.exit_code);
     ts->set_signal(t.signal);
     ts->set_global_rank(t.global_rank);
     ts->set_reason(t.reason);
+    ts->set_attempt(t.attempt);
+    ts->set_in_world(t.in_world);
+    ts->set_step(t.step);
   }
+  status.set_generation(generation_);
+  status.set_group_restarts(group_restarts_);
+  status.set_world_size(static_cast<uint32_t>(plan_.tasks.size()));
+  if (shards_) status.set_shards_json(shards_->Snapshot().dump());
   std::string serialized = status.SerializeAsString();
   v1::WatchEvent event;
   *event.mutable_status() = status;

@@ -35,6 +35,7 @@ class WatchEvent;
 namespace shoal::master {
 
 class MasterService;
+class ShardTable;
 class TaskLogs;
 class WatchQueue;
 
@@ -121,6 +122,32 @@ class Master {
   void OnTaskStarted(const v1::AgentMessage& message);
   void OnTaskExited(const v1::AgentMessage& message);
   void OnLog(const v1::AgentMessage& message);
+  void OnTaskStalled(const v1::AgentMessage& message);
+  void OnSdkRequest(AgentSession& session, const v1::AgentMessage& message);
+  void OnProgress(const v1::AgentMessage& message);
+  void ArmLeaseTimer();
+  void ReleaseShards(const TaskRecord& task, const std::string& why);
+  void ReplySdk(AgentSession& session, uint64_t request_id, const nlohmann::json& reply);
+  // Applies the role's policy to a task that ended badly (exit, signal, hang, lost agent).
+  void HandleTaskFailure(TaskRecord& task, const std::string& reason);
+  void HandleCleanExit(TaskRecord& task);
+  void ScheduleTaskRestart(TaskRecord& task, const std::string& why);
+  void RelaunchTask(const std::string& role, uint32_t index, uint32_t attempt);
+  bool InGroup(const TaskRecord& task) const;
+  // Stops every task of the group for a new rendezvous. `failure`: a failure caused it (it
+  // counts against max_restarts and waits the backoff); else a scale-up.
+  void BeginGroupRestart(const std::string& reason, bool failure);
+  void MaybeRelaunchGroup();
+  void RelaunchGroup();
+  // Elastic: leaves a failed slot out of the world when the role stays >= min without it.
+  bool ParkSlot(TaskRecord& task);
+  void CheckGrowth();
+  void BeginGrowth();
+  std::chrono::milliseconds Backoff(uint32_t restart_number) const;
+  // Assigns ranks to the tasks in the world and builds plan_ from them.
+  bool BuildPlan();
+  void SendClusterSpec();
+  void StopTask(TaskRecord& task, std::chrono::milliseconds grace, const std::string& reason);
   void OnPlaceLost(const std::string& node, const std::string& why);
   void CheckHeartbeats();
   void FailTasksOnNode(const std::string& node, const std::string& reason);
@@ -175,6 +202,19 @@ class Master {
   bool publish_pending_ = false;
   bool status_write_pending_ = false;
   bool rendezvous_done_ = false;
+  // Failure handling (docs/fault-tolerance.md).
+  uint32_t generation_ = 0;       // bumped by every group restart or rescale
+  uint32_t group_restarts_ = 0;   // failures absorbed by restart-group / elastic
+  bool group_restart_in_progress_ = false;
+  bool group_restart_for_failure_ = false;
+  std::string group_restart_reason_;
+  bool grow_pending_ = false;     // elastic: capacity is back; grow after the next checkpoint
+  bool grow_timer_set_ = false;
+  std::map<std::string, Clock::TimePoint> parked_until_;  // elastic slot key -> back from then
+  std::map<std::string, uint32_t> slot_failures_;         // elastic slot key -> failures
+  std::map<std::string, uint32_t> slot_ports_;            // task key -> its port, fixed per job
+  std::unique_ptr<ShardTable> shards_;  // null without a dataset
+  bool lease_timer_armed_ = false;
   uint64_t register_timer_ = 0;
   int64_t created_unix_ms_ = 0;
   int64_t finished_unix_ms_ = 0;

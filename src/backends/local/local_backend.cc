@@ -125,6 +125,8 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
                                    std::to_string(ports),
                                    "--master-grace-ms",
                                    std::to_string(options.master_grace_ms),
+                                   "--heartbeat-interval-ms",
+                                   std::to_string(options.heartbeat_interval_ms),
                                    // Same machine as the job directory: the master keeps the logs.
                                    "--no-task-output"};
   if (options_.fake_gpus) {
