@@ -53,6 +53,15 @@ class Backend {
   virtual void TerminatePlace(const std::string& node) = 0;
   // Stops agents still running and frees everything Acquire took. Safe to call twice.
   virtual void Release() = 0;
+
+  // A new master took over the job after the previous one died: hold `grants` again (as
+  // journaled by the previous master) and watch the agents it started, which keep running and
+  // reconnect by themselves. NotFound for a place whose agent is gone. Instead of Acquire and
+  // StartAgents.
+  virtual absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
+                                const AgentStartOptions& options) {
+    return absl::UnimplementedError(Name() + " backend cannot re-attach to a running job");
+  }
 };
 
 }  // namespace shoal::backends

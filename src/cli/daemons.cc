@@ -55,7 +55,7 @@ class SignalWatcher {
 
 }  // namespace
 
-int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary) {
+int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l master: %v");
   auto submit_text = ReadFile(job_dir + "/submit.json");
   auto spec_text = ReadFile(job_dir + "/spec.yaml");
@@ -90,6 +90,7 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary)
   options.listen_host = submit.value("listen_host", "127.0.0.1");
   options.token = std::string(absl::StripAsciiWhitespace(*token));
   options.shoal_binary = shoal_binary;
+  options.recover = recover;
   // Tunables for operators and tests; documented in docs/configuration.md.
   if (const char* grace = std::getenv("SHOAL_AGENT_MASTER_GRACE_MS")) {
     options.agent_master_grace_ms = static_cast<uint32_t>(std::strtoul(grace, nullptr, 10));

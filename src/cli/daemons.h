@@ -7,7 +7,7 @@
 namespace shoal::cli {
 
 // `shoal master --job-dir DIR`: the per-job master, started by `shoal run`.
-int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary);
+int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover);
 
 struct AgentFlags {
   std::string master;

@@ -62,9 +62,18 @@ int main(int argc, char** argv) {
   auto* kill_cmd = app.add_subcommand("kill", "Stop every task of a job (SIGTERM, then SIGKILL)");
   kill_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
 
+  bool resume_quiet = false;
+  auto* resume_cmd = app.add_subcommand(
+      "resume", "Follow a job again; if its master died, a new one takes over from its journal");
+  resume_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
+  resume_cmd->add_flag("-q,--quiet", resume_quiet, "No live status line");
+
   std::string master_job_dir;
+  bool master_recover = false;
   auto* master_cmd = app.add_subcommand("master", "Internal: the per-job master (started by run)");
   master_cmd->add_option("--job-dir", master_job_dir, "The job directory")->required();
+  master_cmd->add_flag("--recover", master_recover,
+                       "Take over a job whose master died, from its events journal");
 
   shoal::cli::AgentFlags agent;
   uint32_t agent_fake_gpus = 0;
@@ -114,7 +123,8 @@ int main(int argc, char** argv) {
   if (list_cmd->parsed()) return shoal::client::ListJobs(root, json);
   if (logs_cmd->parsed()) return shoal::client::ShowLogs(root, job, task, follow);
   if (kill_cmd->parsed()) return shoal::client::KillJob(root, job);
-  if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self);
+  if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
+  if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover);
   if (agent_cmd->parsed()) {
     if (agent_fake->count() > 0) agent.fake_gpus = agent_fake_gpus;
     agent.keep_task_output = !no_task_output;

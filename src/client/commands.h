@@ -30,5 +30,9 @@ int ListJobs(const std::string& jobs_root, bool json);
 int ShowLogs(const std::string& jobs_root, const std::string& job, const std::string& task,
              bool follow);
 int KillJob(const std::string& jobs_root, const std::string& job);
+// Follows a job whose `shoal run` went away; if its master died, starts a new one that takes
+// the job over from its journal first.
+int ResumeJob(const std::string& jobs_root, const std::string& job, const std::string& shoal_binary,
+              bool quiet);
 
 }  // namespace shoal::client

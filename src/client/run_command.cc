@@ -20,6 +20,8 @@
 #include "client/master_client.h"
 #include "client/status_render.h"
 #include "common/files.h"
+#include "common/process.h"
+#include "nlohmann/json.hpp"
 #include "spec/inventory.h"
 #include "spec/spec_parser.h"
 
@@ -87,9 +89,11 @@ class Console {
   std::string status_;
 };
 
-absl::Status StartMaster(const RunOptions& options, const std::string& job_dir, pid_t* pid) {
+absl::Status StartMaster(const std::string& shoal_binary, const std::string& job_dir, bool recover,
+                         pid_t* pid) {
   std::string log = job_dir + "/master.log";
-  std::vector<std::string> args = {options.shoal_binary, "master", "--job-dir", job_dir};
+  std::vector<std::string> args = {shoal_binary, "master", "--job-dir", job_dir};
+  if (recover) args.push_back("--recover");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -110,7 +114,7 @@ absl::Status StartMaster(const RunOptions& options, const std::string& job_dir, 
   int rc = ::posix_spawn(pid, argv[0], &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoStatus("start the master " + options.shoal_binary, rc);
+  if (rc != 0) return ErrnoStatus("start the master " + shoal_binary, rc);
   return absl::OkStatus();
 }
 
@@ -138,6 +142,10 @@ absl::Status WaitForMaster(const std::string& job_dir, pid_t pid, Ms timeout) {
 }
 
 }  // namespace
+
+int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
+              const std::string& job_id, uint32_t total_tasks, bool quiet,
+              const sigset_t& signals);
 
 int RunJob(const RunOptions& options) {
   auto spec = spec::ParseJobSpecFile(options.job_file);
@@ -187,7 +195,7 @@ int RunJob(const RunOptions& options) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   pid_t master_pid = -1;
-  st = StartMaster(options, job_dir, &master_pid);
+  st = StartMaster(options.shoal_binary, job_dir, /*recover=*/false, &master_pid);
   if (st.ok()) st = WaitForMaster(job_dir, master_pid, Ms(15000));
   if (!st.ok()) {
     std::cerr << "shoal: " << st.message() << "\n";
@@ -197,14 +205,51 @@ int RunJob(const RunOptions& options) {
     std::cout << job_id << "\n";
     return kExitOk;
   }
+  return FollowJob(options.shoal_binary, job_dir, job_id, spec->TotalTasks(), options.quiet,
+                   signals);
+}
 
-  auto client = MasterClient::Connect(job_dir);
-  if (!client.ok()) {
-    std::cerr << "shoal: " << client.status().message() << "\n";
+namespace {
+
+pid_t MasterPid(const std::string& job_dir) {
+  auto text = ReadFile(job_dir + "/master.json");
+  if (!text.ok()) return -1;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_object() ? j.value("pid", -1) : -1;
+}
+
+// Starts a master that takes the job over from its journal. Returns its pid.
+absl::StatusOr<pid_t> StartRecoveringMaster(const std::string& shoal_binary,
+                                            const std::string& job_dir) {
+  // The new master publishes master.json when it listens; the stale one must not look ready.
+  std::error_code ec;
+  std::filesystem::remove(job_dir + "/master.json", ec);
+  pid_t pid = -1;
+  auto st = StartMaster(shoal_binary, job_dir, /*recover=*/true, &pid);
+  if (st.ok()) st = WaitForMaster(job_dir, pid, Ms(15000));
+  if (!st.ok()) return st;
+  return pid;
+}
+
+}  // namespace
+
+int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
+              const std::string& job_id, uint32_t total_tasks, bool quiet,
+              const sigset_t& signals) {
+  auto connected = MasterClient::Connect(job_dir);
+  if (!connected.ok()) {
+    std::cerr << "shoal: " << connected.status().message() << "\n";
     return kExitJobFailed;
   }
-  Console console(options.quiet);
-  console.Message(absl::StrCat("job ", job_id, " (", spec->TotalTasks(), " tasks) in ", job_dir));
+  // Replaced when a new master takes over; the signal thread uses it too.
+  std::mutex client_mu;
+  std::shared_ptr<MasterClient> client = std::move(*connected);
+  auto current_client = [&] {
+    std::lock_guard<std::mutex> lock(client_mu);
+    return client;
+  };
+  Console console(quiet);
+  console.Message(absl::StrCat("job ", job_id, " (", total_tasks, " tasks) in ", job_dir));
 
   std::atomic<bool> done{false}, interrupted{false};
   std::mutex status_mu;
@@ -222,7 +267,7 @@ int RunJob(const RunOptions& options) {
       if (sig > 0 && !interrupted.exchange(true)) {
         console.Message(absl::StrCat("interrupted: stopping every task of ", job_id));
         kill_sent_at = std::chrono::steady_clock::now();
-        auto kst = (*client)->Kill(absl::StrCat("interrupted by ", sigabbrev_np(sig) ? "SIG" : "",
+        auto kst = current_client()->Kill(absl::StrCat("interrupted by ", sigabbrev_np(sig) ? "SIG" : "",
                                                 sigabbrev_np(sig) ? sigabbrev_np(sig) : "signal"));
         if (!kst.ok()) console.Message(std::string(kst.message()));
       } else if (sig > 0) {
@@ -230,7 +275,7 @@ int RunJob(const RunOptions& options) {
       }
       // Should the master never confirm, stop following rather than hang the terminal.
       if (interrupted && std::chrono::steady_clock::now() - kill_sent_at > Ms(10000)) {
-        (*client)->Cancel();
+        current_client()->Cancel();
       }
       // Keep the live line's clock moving while nothing changes.
       std::lock_guard<std::mutex> lock(status_mu);
@@ -240,15 +285,57 @@ int RunJob(const RunOptions& options) {
     }
   });
 
-  absl::Status watch = (*client)->Watch(
-      /*logs=*/true,
-      [&](const nlohmann::json& status) {
-        std::lock_guard<std::mutex> lock(status_mu);
-        last_status = status;
-        console.Status(StatusLine(status, elapsed()));
-      },
-      [&](const std::string& lines) { console.Output(lines); },
-      [&](const std::string& notice) { console.Message(notice); });
+  absl::Status watch;
+  int recoveries = 0;
+  while (true) {
+    watch = current_client()->Watch(
+        /*logs=*/true,
+        [&](const nlohmann::json& status) {
+          std::lock_guard<std::mutex> lock(status_mu);
+          last_status = status;
+          console.Status(StatusLine(status, elapsed()));
+        },
+        [&](const std::string& lines) { console.Output(lines); },
+        [&](const std::string& notice) { console.Message(notice); });
+    std::string state;
+    {
+      std::lock_guard<std::mutex> lock(status_mu);
+      state = last_status.value("state", "");
+    }
+    bool finished = state == "succeeded" || state == "failed" || state == "killed";
+    if (finished || interrupted) break;
+    // The stream ended before the job did. A master that died is replaced by one that rebuilds
+    // the job from its journal; the agents keep the tasks running meanwhile.
+    pid_t pid = MasterPid(job_dir);
+    for (int i = 0; i < 50 && pid > 0 && ProcessRunning(pid); ++i) {
+      std::this_thread::sleep_for(Ms(20));  // a master that is exiting normally gets a moment
+    }
+    if (pid > 0 && ProcessRunning(pid)) break;
+    if (auto file = ReadStatusFile(job_dir)) {
+      std::string s2 = file->value("state", "");
+      if (s2 == "succeeded" || s2 == "failed" || s2 == "killed") break;
+    }
+    if (++recoveries > 3) {
+      console.Message("the master died again; giving up (shoal resume tries once more)");
+      break;
+    }
+    int status = 0;
+    if (pid > 0) ::waitpid(pid, &status, WNOHANG);  // reap it if it was ours
+    console.Message(absl::StrCat("the master of ", job_id,
+                                 " died; starting a new one from the job's journal"));
+    auto new_pid = StartRecoveringMaster(shoal_binary, job_dir);
+    if (!new_pid.ok()) {
+      console.Message(std::string(new_pid.status().message()));
+      break;
+    }
+    auto reconnected = MasterClient::Connect(job_dir);
+    if (!reconnected.ok()) {
+      console.Message(std::string(reconnected.status().message()));
+      break;
+    }
+    std::lock_guard<std::mutex> lock(client_mu);
+    client = std::move(*reconnected);
+  }
   done = true;
   ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
@@ -273,6 +360,44 @@ int RunJob(const RunOptions& options) {
   if (state == "succeeded") return kExitOk;
   if (interrupted) return kExitInterrupted;
   return kExitJobFailed;
+}
+
+int ResumeJob(const std::string& jobs_root, const std::string& job, const std::string& shoal_binary,
+              bool quiet) {
+  auto job_dir = FindJob(jobs_root, job);
+  if (!job_dir.ok()) {
+    std::cerr << "shoal: " << job_dir.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::string job_id = std::filesystem::path(*job_dir).filename().string();
+  if (auto file = ReadStatusFile(*job_dir)) {
+    std::string state = file->value("state", "");
+    if (state == "succeeded" || state == "failed" || state == "killed") {
+      std::cerr << "shoal: job " << job_id << " has already ended (" << state
+                << "); nothing to resume\n";
+      return state == "succeeded" ? kExitOk : kExitJobFailed;
+    }
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  pid_t pid = MasterPid(*job_dir);
+  if (pid > 0 && ProcessRunning(pid)) {
+    std::cerr << "shoal | the master of " << job_id << " is alive; following it\n";
+  } else {
+    std::cerr << "shoal | starting a new master for " << job_id << " from its journal\n";
+    auto started = StartRecoveringMaster(shoal_binary, *job_dir);
+    if (!started.ok()) {
+      std::cerr << "shoal: " << started.status().message() << "\n";
+      return kExitJobFailed;
+    }
+  }
+  uint32_t tasks = 0;
+  if (auto file = ReadStatusFile(*job_dir)) tasks = file->value("tasks", nlohmann::json::array()).size();
+  return FollowJob(shoal_binary, *job_dir, job_id, tasks, quiet, signals);
 }
 
 }  // namespace shoal::client

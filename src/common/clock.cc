@@ -12,6 +12,12 @@ int64_t SystemClock::UnixMillis() const {
       .count();
 }
 
+int64_t SystemClock::UnixMicros() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 SystemClock* SystemClock::Get() {
   static SystemClock clock;
   return &clock;
@@ -25,6 +31,12 @@ Clock::TimePoint FakeClock::Now() const {
 int64_t FakeClock::UnixMillis() const {
   std::lock_guard<std::mutex> lock(mu_);
   return start_unix_ms_ + std::chrono::duration_cast<std::chrono::milliseconds>(elapsed_).count();
+}
+
+int64_t FakeClock::UnixMicros() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_unix_ms_ * 1000 +
+         std::chrono::duration_cast<std::chrono::microseconds>(elapsed_).count();
 }
 
 void FakeClock::Advance(Duration d) {

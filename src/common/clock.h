@@ -16,12 +16,15 @@ class Clock {
   virtual TimePoint Now() const = 0;
   // Wall-clock milliseconds since the epoch, for records people read.
   virtual int64_t UnixMillis() const = 0;
+  // The same in microseconds, for latencies measured across processes (the journal's ts_us).
+  virtual int64_t UnixMicros() const = 0;
 };
 
 class SystemClock final : public Clock {
  public:
   TimePoint Now() const override;
   int64_t UnixMillis() const override;
+  int64_t UnixMicros() const override;
   static SystemClock* Get();
 };
 
@@ -32,6 +35,7 @@ class FakeClock final : public Clock {
       : start_unix_ms_(unix_millis_at_start) {}
   TimePoint Now() const override;
   int64_t UnixMillis() const override;
+  int64_t UnixMicros() const override;
   void Advance(Duration d);
 
  private:

@@ -13,8 +13,21 @@
 namespace shoal {
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(absl::StrCat("open journal ", path), errno);
+  // A writer killed mid-line left a torn record: cut it off, or the next record would be glued
+  // to it and both lost to readers.
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size > 0) {
+    off_t keep = size;
+    char c = 0;
+    while (keep > 0 && ::pread(fd, &c, 1, keep - 1) == 1 && c != '\n') --keep;
+    if (keep != size && ::ftruncate(fd, keep) != 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus(absl::StrCat("truncate the torn end of journal ", path), err);
+    }
+  }
   return std::unique_ptr<Journal>(new Journal(fd, path));
 }
 

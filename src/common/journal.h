@@ -15,6 +15,8 @@ namespace shoal {
 // Not thread-safe: owned by one event loop.
 class Journal {
  public:
+  // Opens for appending; an existing journal is continued (a recovering master), minus a torn
+  // last line.
   static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& path);
   ~Journal();
 

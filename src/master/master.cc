@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdlib>
 #include <future>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,12 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
   auto logs = TaskLogs::Open(master->options_.job_dir);
   if (!logs.ok()) return logs.status();
   master->logs_ = std::move(*logs);
+  if (master->options_.recover) {
+    // Read before anything is appended: the previous master's record of the job.
+    auto records = Journal::ReadAll(master->options_.job_dir + "/events.jsonl");
+    if (!records.ok()) return records.status();
+    if (auto st = master->Replay(*records); !st.ok()) return st;
+  }
   if (master->options_.spec.dataset.configured) {
     master->shards_ = std::make_unique<ShardTable>(master->options_.spec.dataset);
   }
@@ -70,7 +77,10 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
 }
 
 Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend)
-    : options_(std::move(options)), backend_(std::move(backend)), state_(options_.spec) {
+    : options_(std::move(options)),
+      backend_(std::move(backend)),
+      state_(options_.spec),
+      policy_(options_.spec) {
   created_unix_ms_ = options_.clock->UnixMillis();
 }
 
@@ -105,6 +115,10 @@ absl::Status Master::Start() {
     loop_.Post([this, node, why] { OnPlaceLost(node, why); });
   });
   loop_.Start([this] { AfterBatch(); });
+  if (options_.recover) {
+    loop_.Post([this] { Recover(); });
+    return absl::OkStatus();
+  }
   loop_.Post([this] {
     Journal({{"type", "job_submitted"},
              {"job_id", options_.job_id},
@@ -332,7 +346,9 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     return;
   }
   bool expected = granted_nodes_.count(req.node_name()) > 0;
-  if (!expected || SessionForNode(req.node_name()) != nullptr || rendezvous_done_) {
+  bool reattaching = awaiting_reattach_.count(req.node_name()) > 0;
+  if (!expected || SessionForNode(req.node_name()) != nullptr ||
+      (rendezvous_done_ && !reattaching)) {
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
@@ -341,6 +357,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
   node_sessions_[session.node] = session.id;
   session.free_ports.assign(req.free_ports().begin(), req.free_ports().end());
   session.address = req.inventory().address();
+  node_addresses_[session.node] = session.address;
   r->set_accepted(true);
   SendToAgent(session, reply);
   Journal({{"type", "agent_registered"},
@@ -348,6 +365,10 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
            {"hostname", req.inventory().hostname()},
            {"address", session.address},
            {"ports", session.free_ports.size()}});
+  if (reattaching) {
+    ReconcileNode(session.node, message);
+    return;
+  }
   if (node_sessions_.size() == grants_.size()) CompleteRendezvous();
 }
 
@@ -373,7 +394,7 @@ void Master::CompleteRendezvous() {
   LaunchReadyRoles();
 }
 
-bool Master::BuildPlan() {
+bool Master::BuildPlan(bool journal) {
   plan_ = frameworks::ClusterPlan{};
   plan_.job_id = options_.job_id;
   plan_.job_dir = options_.job_dir;
@@ -395,14 +416,13 @@ bool Master::BuildPlan() {
     const PlacedTask& p = placement_[i];
     TaskRecord& rec = state_.tasks()[i];
     if (!rec.in_world) continue;
-    AgentSession* s = SessionForNode(p.node);
     frameworks::TaskPlacement t;
     t.role = p.role;
     t.index = p.index;
     rec.global_rank = rank++;
     t.global_rank = rec.global_rank;
     t.node = p.node;
-    t.address = s != nullptr ? s->address : "";
+    t.address = node_addresses_[p.node];
     t.port = slot_ports_[rec.Key()];
     t.node_rank = node_rank[p.node];
     t.local_rank = per_node_next[p.node]++;
@@ -420,6 +440,7 @@ bool Master::BuildPlan() {
     ranks.push_back({{"task", absl::StrCat(t.role, ":", t.index)}, {"rank", t.global_rank},
                      {"node", t.node}, {"address", t.address}, {"port", t.port}});
   }
+  if (!journal) return true;
   Journal({{"type", "rendezvous"},
            {"generation", generation_},
            {"world_size", plan_.tasks.size()},
@@ -759,92 +780,73 @@ void Master::StopTask(TaskRecord& task, std::chrono::milliseconds grace,
   SendToAgent(*s, msg);
 }
 
-std::chrono::milliseconds Master::Backoff(uint32_t restart_number) const {
-  const auto& b = options_.spec.backoff;
-  if (restart_number == 0 || b.initial.count() == 0) return std::chrono::milliseconds(0);
-  auto delay = b.initial;
-  for (uint32_t i = 1; i < restart_number && delay < b.max; ++i) delay *= 2;
-  return std::min(delay, b.max);
-}
-
-bool Master::InGroup(const TaskRecord& task) const {
-  const spec::Role* role = options_.spec.FindRole(task.role);
-  return role != nullptr && role->on_failure != spec::OnFailure::kRestartTask;
-}
-
 void Master::HandleCleanExit(TaskRecord& task) {
-  const spec::Role* role = options_.spec.FindRole(task.role);
-  if (role != nullptr && role->restart == spec::RestartMode::kAlways &&
-      role->on_failure == spec::OnFailure::kRestartTask && phase_ != JobPhase::kStopping &&
-      !IsTerminal(phase_) && task.restarts < role->max_restarts) {
-    task.restart_pending = true;
+  PolicyDecision d = (phase_ == JobPhase::kStopping || IsTerminal(phase_))
+                         ? PolicyDecision{}
+                         : policy_.OnCleanExit(task);
+  if (d.action != PolicyDecision::Action::kRestartTask) {
     Transition(task, TaskState::kSucceeded);
-    ScheduleTaskRestart(task, "exited with code 0 and restarts always");
-    return;
-  }
-  Transition(task, TaskState::kSucceeded);
-}
-
-void Master::HandleTaskFailure(TaskRecord& task, const std::string& reason) {
-  const spec::Role* role = options_.spec.FindRole(task.role);
-  ReleaseShards(task, absl::StrCat(task.Key(), " ", reason));
-  bool stopping = phase_ == JobPhase::kStopping || IsTerminal(phase_);
-  // A task of the group that was being stopped for a restart anyway: its failure is part of the
-  // same incident and costs no extra restart.
-  if (task.restart_pending || (group_restart_in_progress_ && InGroup(task))) {
-    task.restart_pending = true;
-    Transition(task, TaskState::kFailed, reason);
-    return;
-  }
-  if (stopping || role == nullptr || role->restart == spec::RestartMode::kNever ||
-      role->on_failure == spec::OnFailure::kFailJob) {
-    Transition(task, TaskState::kFailed, reason);
-    return;
-  }
-  if (role->on_failure == spec::OnFailure::kRestartTask) {
-    if (task.restarts >= role->max_restarts) {
-      Transition(task, TaskState::kFailed,
-                 absl::StrCat(reason, "; its restart limit (", role->max_restarts, ") is spent"));
-      return;
-    }
-    task.restart_pending = true;
-    Transition(task, TaskState::kFailed, reason);
-    ScheduleTaskRestart(task, reason);
-    return;
-  }
-  // restart-group or elastic: one budget for the whole group.
-  if (group_restarts_ >= role->max_restarts) {
-    Transition(task, TaskState::kFailed,
-               absl::StrCat(reason, "; the job's restart limit (", role->max_restarts,
-                            ") is spent"));
     return;
   }
   task.restart_pending = true;
-  Transition(task, TaskState::kFailed, reason);
-  ++group_restarts_;
-  // Elastic: the survivors go on at once without the lost slot, which waits out the backoff.
-  bool shrunk = role->on_failure == spec::OnFailure::kElastic && role->min_instances > 0 &&
-                ParkSlot(task);
-  BeginGroupRestart(absl::StrCat(task.Key(), " ", reason), /*failure=*/!shrunk);
+  Journal({{"type", "failure_handled"},
+           {"task", task.Key()},
+           {"attempt", task.attempt},
+           {"action", ActionName(d.action)},
+           {"cause", "exited with code 0"},
+           {"restart", d.restart_number},
+           {"delay_ms", d.delay.count()}});
+  Transition(task, TaskState::kSucceeded);
+  ScheduleTaskRestart(task, d);
 }
 
-void Master::ScheduleTaskRestart(TaskRecord& task, const std::string& why) {
-  task.restarts++;
-  auto delay = Backoff(task.restarts);
-  const spec::Role* role = options_.spec.FindRole(task.role);
-  task.reason = absl::StrFormat("%s; restarting in %.1fs (restart %d of %d)", why,
-                                delay.count() / 1000.0, task.restarts,
-                                role ? role->max_restarts : 0);
-  Journal({{"type", "restart_scheduled"},
+void Master::HandleTaskFailure(TaskRecord& task, const std::string& cause) {
+  using Action = PolicyDecision::Action;
+  ReleaseShards(task, absl::StrCat(task.Key(), " ", cause));
+  if (task.restart_pending || phase_ == JobPhase::kStopping || IsTerminal(phase_)) {
+    Transition(task, TaskState::kFailed, cause);
+    return;
+  }
+  uint32_t in_world_others = 0;
+  for (const auto& t : state_.tasks()) in_world_others += (t.role == task.role && t.in_world && &t != &task);
+  PolicyDecision d = policy_.OnFailure(task, cause, group_restart_in_progress_, in_world_others,
+                                       options_.clock->Now());
+  if (d.action != Action::kFail) task.restart_pending = true;
+  task.restarts = policy_.task_restarts(task.Key());
+  // Before the transition: a master replaying the journal must know the failure is not final.
+  Journal({{"type", "failure_handled"},
            {"task", task.Key()},
-           {"attempt", task.attempt + 1},
-           {"restart", task.restarts},
-           {"delay_ms", delay.count()},
-           {"cause", why}});
-  EmitNotice(absl::StrCat(task.Key(), " ", task.reason));
-  loop_.PostAfter(delay, [this, role = task.role, index = task.index, attempt = task.attempt] {
-    RelaunchTask(role, index, attempt);
-  });
+           {"attempt", task.attempt},
+           {"action", ActionName(d.action)},
+           {"cause", cause},
+           {"restart", d.restart_number},
+           {"delay_ms", d.delay.count()}});
+  Transition(task, TaskState::kFailed, d.reason);
+  switch (d.action) {
+    case Action::kNone:
+    case Action::kFail:
+    case Action::kJoinGroupRestart:
+      return;
+    case Action::kRestartTask:
+      ScheduleTaskRestart(task, d);
+      return;
+    case Action::kShrinkGroup:
+      state_.SetInWorld(task, false);
+      Journal({{"type", "slot_left"}, {"task", task.Key()}});
+      BeginGroupRestart(absl::StrCat(task.Key(), " ", cause), std::chrono::milliseconds(0));
+      return;
+    case Action::kRestartGroup:
+      BeginGroupRestart(absl::StrCat(task.Key(), " ", cause), d.delay);
+      return;
+  }
+}
+
+void Master::ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision) {
+  task.restarts = decision.restart_number;
+  task.reason = decision.reason;
+  EmitNotice(absl::StrCat(task.Key(), " ", decision.reason));
+  loop_.PostAfter(decision.delay, [this, role = task.role, index = task.index,
+                                   attempt = task.attempt] { RelaunchTask(role, index, attempt); });
 }
 
 void Master::RelaunchTask(const std::string& role_name, uint32_t index, uint32_t attempt) {
@@ -855,43 +857,23 @@ void Master::RelaunchTask(const std::string& role_name, uint32_t index, uint32_t
   for (auto& t : plan_.tasks) {
     if (t.role == role_name && t.index == index) t.attempt = rec->attempt;
   }
-  // LaunchReadyRoles launches pending tasks of roles not yet marked launched.
+  // LaunchReadyRoles launches the pending tasks of roles not marked launched.
   launched_roles_.erase(std::remove(launched_roles_.begin(), launched_roles_.end(), role_name),
                         launched_roles_.end());
   LaunchReadyRoles();
 }
 
-bool Master::ParkSlot(TaskRecord& task) {
-  const spec::Role* role = options_.spec.FindRole(task.role);
-  uint32_t in_world = 0;
-  for (const auto& t : state_.tasks()) {
-    if (t.role == task.role && t.in_world && &t != &task) ++in_world;
-  }
-  if (in_world < role->min_instances) return false;  // cannot shrink below min: keep the slot
-  uint32_t failures = ++slot_failures_[task.Key()];
-  parked_until_[task.Key()] = options_.clock->Now() + Backoff(failures);
-  state_.SetInWorld(task, false);
-  Journal({{"type", "slot_parked"},
-           {"task", task.Key()},
-           {"world", in_world},
-           {"back_in_ms", Backoff(failures).count()}});
-  task.reason = absl::StrFormat("%s; left out of the world (elastic, %d of %d remain), back in %.1fs",
-                                task.reason, in_world, role->max_instances,
-                                Backoff(failures).count() / 1000.0);
-  return true;
-}
+bool Master::InGroup(const TaskRecord& task) const { return policy_.InGroup(task.role); }
 
-void Master::BeginGroupRestart(const std::string& reason, bool failure) {
+void Master::BeginGroupRestart(const std::string& reason, std::chrono::milliseconds delay) {
   group_restart_in_progress_ = true;
-  group_restart_for_failure_ = failure;
-  group_restart_reason_ = reason;
+  group_restart_delay_ = delay;
   Journal({{"type", "group_restart_begun"},
            {"generation", generation_ + 1},
            {"reason", reason},
-           {"failure", failure},
-           {"restarts", group_restarts_}});
-  EmitNotice(absl::StrCat(failure ? "restarting the group" : "re-forming the group", " (restart ",
-                          group_restarts_, "): ", reason));
+           {"restarts", policy_.group_restarts()},
+           {"delay_ms", delay.count()}});
+  EmitNotice(absl::StrCat("re-forming the group (generation ", generation_ + 1, "): ", reason));
   if (shards_) {
     std::vector<nlohmann::json> records;
     if (options_.spec.checkpoint.configured) {
@@ -904,8 +886,7 @@ void Master::BeginGroupRestart(const std::string& reason, bool failure) {
     }
     for (auto& r : records) Journal(std::move(r));
   }
-  std::string why = failure ? absl::StrCat("stopped for a group restart: ", reason)
-                            : absl::StrCat("stopped for a rescale: ", reason);
+  std::string why = absl::StrCat("stopped to re-form the group: ", reason);
   for (auto& t : state_.tasks()) {
     if (!InGroup(t) || IsTerminal(t.state)) continue;
     t.restart_pending = true;
@@ -920,8 +901,8 @@ void Master::MaybeRelaunchGroup() {
     if (InGroup(t) && !IsTerminal(t.state)) return;
   }
   group_restart_in_progress_ = false;
-  auto delay = group_restart_for_failure_ ? Backoff(group_restarts_) : std::chrono::milliseconds(0);
-  // Elastic roles below min wait for their parked slots.
+  auto delay = group_restart_delay_;
+  // An elastic role that fell below min waits for its earliest parked slots.
   auto now = options_.clock->Now();
   for (const auto& role : options_.spec.roles) {
     if (role.min_instances == 0) continue;
@@ -931,13 +912,15 @@ void Master::MaybeRelaunchGroup() {
       if (t.role != role.name) continue;
       if (t.in_world) {
         ++in_world;
-      } else {
-        back.push_back(parked_until_[t.Key()]);
+      } else if (auto it = policy_.parked().find(t.Key()); it != policy_.parked().end()) {
+        back.push_back(it->second);
       }
     }
     std::sort(back.begin(), back.end());
     for (size_t i = 0; in_world + i < role.min_instances && i < back.size(); ++i) {
-      if (back[i] > now) delay = std::max(delay, std::chrono::duration_cast<std::chrono::milliseconds>(back[i] - now));
+      if (back[i] > now) {
+        delay = std::max(delay, std::chrono::duration_cast<std::chrono::milliseconds>(back[i] - now));
+      }
     }
   }
   uint32_t gen = generation_;
@@ -950,15 +933,19 @@ void Master::MaybeRelaunchGroup() {
 void Master::RelaunchGroup() {
   if (phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
   auto now = options_.clock->Now();
-  // Elastic slots come back when their time is up, or earlier when the role is below min.
+  // Parked slots rejoin when their time is up, or earlier while their role is below min.
   for (const auto& role : options_.spec.roles) {
     if (role.min_instances == 0) continue;
     uint32_t in_world = 0;
     for (const auto& t : state_.tasks()) in_world += (t.role == role.name && t.in_world);
     for (auto& t : state_.tasks()) {
       if (t.role != role.name || t.in_world) continue;
-      if (parked_until_[t.Key()] <= now || in_world < role.min_instances) {
+      auto it = policy_.parked().find(t.Key());
+      bool due = it == policy_.parked().end() || it->second <= now;
+      if (due || in_world < role.min_instances) {
+        policy_.Unpark(t.Key());
         state_.SetInWorld(t, true);
+        Journal({{"type", "slot_rejoined"}, {"task", t.Key()}});
         ++in_world;
       }
     }
@@ -970,7 +957,9 @@ void Master::RelaunchGroup() {
     if (auto record = state_.Restart(t)) Journal(std::move(*record));
   }
   if (!BuildPlan()) return;
-  Journal({{"type", "group_restarted"}, {"generation", generation_}, {"world_size", plan_.tasks.size()}});
+  Journal({{"type", "group_restarted"},
+           {"generation", generation_},
+           {"world_size", plan_.tasks.size()}});
   EmitNotice(absl::StrCat("generation ", generation_, ": ", plan_.tasks.size(), " tasks rejoin"));
   SendClusterSpec();
   launched_roles_.clear();
@@ -988,24 +977,15 @@ void Master::RelaunchGroup() {
 // Elastic: parked slots come back once their backoff has passed. The job grows towards max at
 // the next checkpoint (no work lost), or at once when the job keeps no checkpoints.
 void Master::CheckGrowth() {
-  if (parked_until_.empty() || phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
+  if (policy_.parked().empty() || phase_ == JobPhase::kStopping || IsTerminal(phase_)) return;
   auto now = options_.clock->Now();
-  std::optional<Clock::TimePoint> next;
-  bool ready = false;
-  for (const auto& t : state_.tasks()) {
-    if (t.in_world) continue;
-    auto until = parked_until_[t.Key()];
-    if (until <= now) {
-      ready = true;
-    } else if (!next || until < *next) {
-      next = until;
-    }
-  }
-  if (ready && !group_restart_in_progress_) {
+  if (!policy_.SlotsBack(now).empty()) {
+    if (group_restart_in_progress_) return;  // RelaunchGroup checks again
     grow_pending_ = true;
     if (!options_.spec.checkpoint.configured) BeginGrowth();
     return;
   }
+  auto next = policy_.NextSlotBack();
   if (next && !grow_timer_set_) {
     grow_timer_set_ = true;
     loop_.PostAfter(std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
@@ -1023,11 +1003,299 @@ void Master::BeginGrowth() {
     return;
   }
   grow_pending_ = false;
-  uint32_t back = 0;
-  auto now = options_.clock->Now();
-  for (const auto& t : state_.tasks()) back += (!t.in_world && parked_until_[t.Key()] <= now);
+  size_t back = policy_.SlotsBack(options_.clock->Now()).size();
   if (back == 0) return;
-  BeginGroupRestart(absl::StrCat("capacity is back for ", back, " task(s)"), /*failure=*/false);
+  BeginGroupRestart(absl::StrCat("capacity is back for ", back, " task(s)"),
+                    std::chrono::milliseconds(0));
+}
+
+// ---------------------------------------------------------------- recovery
+
+namespace {
+
+std::optional<TaskState> TaskStateFromName(const std::string& name) {
+  for (TaskState s : {TaskState::kPending, TaskState::kStarting, TaskState::kRunning,
+                      TaskState::kSucceeded, TaskState::kFailed, TaskState::kKilled}) {
+    if (name == TaskStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+std::optional<JobPhase> JobPhaseFromName(const std::string& name) {
+  for (JobPhase p : {JobPhase::kQueued, JobPhase::kStarting, JobPhase::kRunning,
+                     JobPhase::kStopping, JobPhase::kSucceeded, JobPhase::kFailed,
+                     JobPhase::kKilled}) {
+    if (name == JobPhaseName(p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::pair<std::string, uint32_t> SplitTaskKey(const std::string& key) {
+  size_t colon = key.rfind(':');
+  if (colon == std::string::npos) return {key, 0};
+  return {key.substr(0, colon), static_cast<uint32_t>(std::strtoul(key.c_str() + colon + 1, nullptr, 10))};
+}
+
+}  // namespace
+
+absl::Status Master::Replay(const std::vector<nlohmann::json>& records) {
+  auto now = options_.clock->Now();
+  std::vector<nlohmann::json> shard_records;
+  bool submitted = false;
+  for (const auto& r : records) {
+    std::string type = r.value("type", "");
+    if (type == "job_submitted") {
+      if (r.value("job_id", "") != options_.job_id) {
+        return absl::DataLossError(absl::StrCat("events.jsonl belongs to job ",
+                                                r.value("job_id", "?"), ", not ",
+                                                options_.job_id));
+      }
+      submitted = true;
+      previous_address_ = r.value("master", "");
+    } else if (type == "master_recovered") {
+      previous_address_ = r.value("master", previous_address_);
+    } else if (type == "admitted") {
+      grants_.clear();
+      for (const auto& n : r.value("nodes", nlohmann::json::array())) {
+        backends::NodeGrant g;
+        g.name = n.value("name", "");
+        g.address = n.value("address", "");
+        g.cpus = n.value("cpus", 0.0);
+        g.memory_bytes = n.value("memory_bytes", uint64_t{0});
+        g.cores = n.value("cores", std::vector<uint32_t>{});
+        g.gpus = n.value("gpus", std::vector<std::string>{});
+        grants_.push_back(g);
+        granted_nodes_.insert(g.name);
+      }
+    } else if (type == "agent_registered") {
+      node_addresses_[r.value("node", "")] = r.value("address", "");
+    } else if (type == "rendezvous") {
+      rendezvous_done_ = true;
+      generation_ = r.value("generation", 0u);
+      for (const auto& rank : r.value("ranks", nlohmann::json::array())) {
+        slot_ports_.try_emplace(rank.value("task", ""), rank.value("port", 0u));
+        auto [role, index] = SplitTaskKey(rank.value("task", ""));
+        if (TaskRecord* t = state_.Find(role, index)) {
+          t->node = rank.value("node", "");
+          t->global_rank = rank.value("rank", 0u);
+        }
+      }
+    } else if (type == "task_state") {
+      auto [role, index] = SplitTaskKey(r.value("task", ""));
+      TaskRecord* t = state_.Find(role, index);
+      auto to = TaskStateFromName(r.value("to", ""));
+      if (t == nullptr || !to) {
+        return absl::DataLossError(absl::StrCat("events.jsonl: unknown task or state in ", r.dump()));
+      }
+      if (!r.contains("from")) continue;  // the initial "pending" of job_submitted
+      if (*to == TaskState::kPending) {
+        state_.Restart(*t);
+        continue;
+      }
+      if (r.contains("pid")) t->pid = r.value("pid", 0);
+      t->exit_code = r.value("exit_code", 0);
+      t->signal = r.value("signal", 0);
+      state_.Transition(*t, *to, r.value("reason", ""));
+    } else if (type == "failure_handled") {
+      auto [role, index] = SplitTaskKey(r.value("task", ""));
+      TaskRecord* t = state_.Find(role, index);
+      std::string action = r.value("action", "");
+      if (t != nullptr && action != "fail" && action != "none") t->restart_pending = true;
+      policy_.Restore(r.value("task", ""), action, r.value("restart", 0u), now);
+      if (t != nullptr) t->restarts = policy_.task_restarts(t->Key());
+    } else if (type == "slot_left" || type == "slot_rejoined") {
+      auto [role, index] = SplitTaskKey(r.value("task", ""));
+      if (TaskRecord* t = state_.Find(role, index)) {
+        state_.SetInWorld(*t, type == "slot_rejoined");
+        if (type == "slot_rejoined") policy_.Unpark(t->Key());
+      }
+    } else if (type == "group_restart_begun") {
+      group_restart_in_progress_ = true;
+      group_restart_delay_ = std::chrono::milliseconds(r.value("delay_ms", int64_t{0}));
+      for (auto& t : state_.tasks()) {
+        if (InGroup(t) && !IsTerminal(t.state)) t.restart_pending = true;
+      }
+    } else if (type == "group_restarted") {
+      group_restart_in_progress_ = false;
+      generation_ = r.value("generation", generation_);
+    } else if (type == "job_state") {
+      if (auto p = JobPhaseFromName(r.value("to", ""))) {
+        phase_ = *p;
+        phase_reason_ = r.value("reason", "");
+      }
+    } else if (type == "outcome_decided") {
+      if (auto p = JobPhaseFromName(r.value("outcome", ""))) {
+        pending_outcome_ = Outcome{*p, r.value("reason", "")};
+      }
+    } else if (type == "job_finished") {
+      finished_before_recovery_ = true;
+    } else if (ShardTable::IsShardRecord(r)) {
+      shard_records.push_back(r);
+    }
+  }
+  if (!submitted) return absl::DataLossError("events.jsonl has no job_submitted record");
+  // The agents keep dialling the address they were given: listen there again.
+  if (size_t colon = previous_address_.rfind(':');
+      colon != std::string::npos && options_.listen_port == 0) {
+    options_.listen_port =
+        static_cast<uint16_t>(std::strtoul(previous_address_.c_str() + colon + 1, nullptr, 10));
+  }
+  if (shards_) {
+    auto table = ShardTable::Replay(options_.spec.dataset, shard_records, now);
+    if (!table.ok()) return table.status();
+    *shards_ = std::move(*table);
+  }
+  return absl::OkStatus();
+}
+
+void Master::Recover() {
+  Journal({{"type", "master_recovered"},
+           {"master", address_},
+           {"pid", ::getpid()},
+           {"generation", generation_},
+           {"phase", JobPhaseName(phase_)}});
+  EmitNotice("a new master took over the job from its journal");
+  if (finished_before_recovery_ && pending_outcome_) {
+    // The previous master finished the job and died before it exited: nothing is left to do.
+    finished_unix_ms_ = options_.clock->UnixMillis();
+    SetPhase(pending_outcome_->phase, pending_outcome_->reason);
+    AfterBatch();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+    }
+    finished_cv_.notify_all();
+    return;
+  }
+  if (phase_ == JobPhase::kQueued || grants_.empty()) {
+    // Nothing was admitted yet: start over.
+    phase_ = JobPhase::kQueued;
+    TryAdmit();
+    return;
+  }
+  auto placement = PlaceTasks(options_.spec, state_.tasks(), grants_);
+  if (!placement.ok()) {
+    BeginStopping(JobPhase::kFailed, std::string(placement.status().message()));
+    return;
+  }
+  placement_ = *placement;
+  if (rendezvous_done_) BuildPlan(/*journal=*/false);
+  backends::AgentStartOptions start;
+  start.master_address = address_;
+  start.token = options_.token;
+  start.job_id = options_.job_id;
+  start.job_dir = options_.job_dir;
+  start.shoal_binary = options_.shoal_binary;
+  start.master_grace_ms = options_.agent_master_grace_ms;
+  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+  auto st = backend_->Reattach(options_.job_id, grants_, start);
+  for (const auto& g : grants_) awaiting_reattach_.insert(g.name);
+  if (!st.ok()) {
+    spdlog::warn("re-attaching to the job's agents: {}", st.ToString());
+    Journal({{"type", "reattach_failed"}, {"reason", std::string(st.message())}});
+    for (const auto& g : grants_) {
+      awaiting_reattach_.erase(g.name);
+      OnPlaceLost(g.name, absl::StrCat("while the master was down: ", st.message()));
+    }
+    return;
+  }
+  // Agents that do not come back within the registration timeout are lost.
+  register_timer_ = loop_.PostAfter(options_.register_timeout, [this] {
+    for (const std::string& node : std::set<std::string>(awaiting_reattach_)) {
+      awaiting_reattach_.erase(node);
+      backend_->TerminatePlace(node);
+      FailTasksOnNode(node, absl::StrCat("lost: the agent on ", node,
+                                         " did not come back to the new master"));
+    }
+  });
+  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+  ArmLeaseTimer();
+}
+
+void Master::ReconcileNode(const std::string& node, const v1::AgentMessage& registration) {
+  awaiting_reattach_.erase(node);
+  if (awaiting_reattach_.empty()) loop_.CancelTimer(register_timer_);
+  std::map<std::string, uint32_t> running;
+  for (const auto& t : registration.register_().running_tasks()) {
+    running[absl::StrCat(t.role(), ":", t.index())] = t.attempt();
+  }
+  Journal({{"type", "agent_reattached"}, {"node", node}, {"running", running.size()}});
+  AgentSession* session = SessionForNode(node);
+  // Tasks the agent runs that the job no longer wants (a stop or a newer attempt was journaled
+  // but never sent) are stopped; ours that it does not run were lost while no master listened.
+  for (const auto& [key, attempt] : running) {
+    auto [role, index] = SplitTaskKey(key);
+    TaskRecord* t = state_.Find(role, index);
+    if (t == nullptr || t->attempt != attempt || IsTerminal(t->state) ||
+        t->state == TaskState::kPending) {
+      v1::MasterMessage msg;
+      auto* id = msg.mutable_stop()->add_tasks();
+      id->set_role(role);
+      id->set_index(index);
+      id->set_attempt(attempt);
+      msg.mutable_stop()->set_grace_ms(0);
+      if (session) SendToAgent(*session, msg);
+    }
+  }
+  std::vector<std::pair<std::string, uint32_t>> missing;
+  for (auto& t : state_.tasks()) {
+    if (t.node != node || IsTerminal(t.state) || t.state == TaskState::kPending) continue;
+    auto it = running.find(t.Key());
+    if (it == running.end() || it->second != t.attempt) missing.emplace_back(t.Key(), t.attempt);
+  }
+  // The agent sends what happened while it was cut off (exits, starts) right after its
+  // registration; give those a moment to arrive before calling a task lost.
+  if (!missing.empty()) {
+    loop_.PostAfter(std::chrono::seconds(2), [this, missing] {
+      for (const auto& [key, attempt] : missing) {
+        auto [role, index] = SplitTaskKey(key);
+        TaskRecord* t = state_.Find(role, index);
+        if (t == nullptr || t->attempt != attempt || IsTerminal(t->state)) continue;
+        t->exit_code = -1;
+        HandleTaskFailure(*t, "lost while the master was down: its agent no longer runs it");
+      }
+      EvaluateOutcome();
+      MaybeRelaunchGroup();
+      MaybeFinish();
+    });
+  }
+  // Unfinished business of the previous master.
+  if (phase_ == JobPhase::kStopping) {
+    for (auto& t : state_.tasks()) {
+      if (t.node == node && !IsTerminal(t.state)) StopTask(t, options_.stop_grace, t.reason);
+    }
+    MaybeFinish();
+    return;
+  }
+  if (group_restart_in_progress_) {
+    for (auto& t : state_.tasks()) {
+      if (t.node == node && InGroup(t) && !IsTerminal(t.state)) {
+        StopTask(t, options_.stop_grace, t.reason);
+      }
+    }
+    MaybeRelaunchGroup();
+  }
+  if (awaiting_reattach_.empty()) {
+    for (auto& t : state_.tasks()) {
+      if (t.restart_pending && IsTerminal(t.state) && !InGroup(t)) {
+        RelaunchTask(t.role, t.index, t.attempt);
+      }
+    }
+    if (!group_restart_in_progress_ && rendezvous_done_) {
+      // Tasks journaled as pending in the current generation whose launch never went out.
+      bool any_pending = false;
+      for (const auto& t : state_.tasks()) any_pending |= (t.in_world && t.state == TaskState::kPending);
+      if (any_pending) {
+        SendClusterSpec();
+        launched_roles_.clear();
+        LaunchReadyRoles();
+      } else {
+        for (const auto& role : options_.spec.roles) launched_roles_.push_back(role.name);
+      }
+    }
+    CheckGrowth();
+    if (phase_ == JobPhase::kStarting && state_.AllStarted()) SetPhase(JobPhase::kRunning, "");
+  }
 }
 
 // ---------------------------------------------------------------- outcome and shutdown
@@ -1126,13 +1394,19 @@ void Master::SetPhase(JobPhase phase, const std::string& reason) {
 }
 
 void Master::Journal(nlohmann::json record) {
-  record["ts"] = options_.clock->UnixMillis();
+  int64_t us = options_.clock->UnixMicros();
+  record["ts"] = us / 1000;
+  record["ts_us"] = us;
   journal_->Append(record);
   status_dirty_ = true;
 }
 
 void Master::Transition(TaskRecord& task, TaskState to, const std::string& reason) {
-  if (auto record = state_.Transition(task, to, reason)) Journal(std::move(*record));
+  auto record = state_.Transition(task, to, reason);
+  if (!record) return;
+  (*record)["attempt"] = task.attempt;
+  if (to == TaskState::kRunning) (*record)["pid"] = task.pid;
+  Journal(std::move(*record));
 }
 
 void Master::SendToAgent(AgentSession& session, const v1::MasterMessage& message) {
@@ -1194,7 +1468,7 @@ void Master::PublishStatus() {
     ts->set_step(t.step);
   }
   status.set_generation(generation_);
-  status.set_group_restarts(group_restarts_);
+  status.set_group_restarts(policy_.group_restarts());
   status.set_world_size(static_cast<uint32_t>(plan_.tasks.size()));
   if (shards_) status.set_shards_json(shards_->Snapshot().dump());
   std::string serialized = status.SerializeAsString();

@@ -18,6 +18,7 @@
 #include "common/event_loop.h"
 #include "common/journal.h"
 #include "frameworks/cluster_plan.h"
+#include "master/failure_policy.h"
 #include "master/job_state.h"
 #include "master/placement.h"
 #include "spec/job_spec.h"
@@ -53,6 +54,9 @@ struct MasterOptions {
   std::chrono::milliseconds stop_grace{3000};
   std::chrono::milliseconds admission_retry{1000};
   uint32_t agent_master_grace_ms = 10000;
+  // Take over a job whose previous master died: rebuild its state from events.jsonl, listen on
+  // the address it listened on, and re-attach to the agents and tasks still running.
+  bool recover = false;
   Clock* clock = SystemClock::Get();
 };
 
@@ -116,6 +120,11 @@ class Master {
 
   // All below run on the loop.
   void TryAdmit();
+  // Rebuilds the job from the journal (options_.recover). Errors mean the journal cannot be
+  // trusted; the job is then left as it is for a person to look at.
+  absl::Status Replay(const std::vector<nlohmann::json>& records);
+  void Recover();
+  void ReconcileNode(const std::string& node, const v1::AgentMessage& registration);
   void OnRegister(AgentSession& session, const v1::AgentMessage& message);
   void CompleteRendezvous();
   void LaunchReadyRoles();
@@ -129,23 +138,20 @@ class Master {
   void ReleaseShards(const TaskRecord& task, const std::string& why);
   void ReplySdk(AgentSession& session, uint64_t request_id, const nlohmann::json& reply);
   // Applies the role's policy to a task that ended badly (exit, signal, hang, lost agent).
-  void HandleTaskFailure(TaskRecord& task, const std::string& reason);
+  void HandleTaskFailure(TaskRecord& task, const std::string& cause);
   void HandleCleanExit(TaskRecord& task);
-  void ScheduleTaskRestart(TaskRecord& task, const std::string& why);
+  void ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision);
   void RelaunchTask(const std::string& role, uint32_t index, uint32_t attempt);
   bool InGroup(const TaskRecord& task) const;
-  // Stops every task of the group for a new rendezvous. `failure`: a failure caused it (it
-  // counts against max_restarts and waits the backoff); else a scale-up.
-  void BeginGroupRestart(const std::string& reason, bool failure);
+  // Stops every task of the group for a new rendezvous, which starts `delay` after the last
+  // of them is gone.
+  void BeginGroupRestart(const std::string& reason, std::chrono::milliseconds delay);
   void MaybeRelaunchGroup();
   void RelaunchGroup();
-  // Elastic: leaves a failed slot out of the world when the role stays >= min without it.
-  bool ParkSlot(TaskRecord& task);
   void CheckGrowth();
   void BeginGrowth();
-  std::chrono::milliseconds Backoff(uint32_t restart_number) const;
   // Assigns ranks to the tasks in the world and builds plan_ from them.
-  bool BuildPlan();
+  bool BuildPlan(bool journal = true);
   void SendClusterSpec();
   void StopTask(TaskRecord& task, std::chrono::milliseconds grace, const std::string& reason);
   void OnPlaceLost(const std::string& node, const std::string& why);
@@ -188,6 +194,10 @@ class Master {
   std::map<uint64_t, AgentSession> sessions_;
   std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
   std::set<std::string> granted_nodes_;
+  std::map<std::string, std::string> node_addresses_;  // node -> address its agent reported
+  std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back
+  bool finished_before_recovery_ = false;
+  std::string previous_address_;  // recovery: where the previous master listened
   std::unique_ptr<TaskLogs> logs_;
   std::vector<std::pair<std::shared_ptr<AgentConnection>, std::unique_ptr<v1::MasterMessage>>>
       outbox_;
@@ -204,14 +214,11 @@ class Master {
   bool rendezvous_done_ = false;
   // Failure handling (docs/fault-tolerance.md).
   uint32_t generation_ = 0;       // bumped by every group restart or rescale
-  uint32_t group_restarts_ = 0;   // failures absorbed by restart-group / elastic
+  FailurePolicy policy_;
   bool group_restart_in_progress_ = false;
-  bool group_restart_for_failure_ = false;
-  std::string group_restart_reason_;
+  std::chrono::milliseconds group_restart_delay_{0};
   bool grow_pending_ = false;     // elastic: capacity is back; grow after the next checkpoint
   bool grow_timer_set_ = false;
-  std::map<std::string, Clock::TimePoint> parked_until_;  // elastic slot key -> back from then
-  std::map<std::string, uint32_t> slot_failures_;         // elastic slot key -> failures
   std::map<std::string, uint32_t> slot_ports_;            // task key -> its port, fixed per job
   std::unique_ptr<ShardTable> shards_;  // null without a dataset
   bool lease_timer_armed_ = false;

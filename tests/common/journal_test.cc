@@ -59,5 +59,25 @@ TEST(JournalTest, MissingFileIsNotFound) {
   EXPECT_EQ(records.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JournalTest, ReopeningContinuesAfterCuttingATornLastLine) {
+  std::string path = TempPath("torn-reopen.jsonl");
+  {
+    std::ofstream out(path);
+    out << "{\"n\":1}\n{\"n\":2}\n{\"n\":3, \"trunc";  // a writer killed mid-record
+  }
+  {
+    auto journal = Journal::Open(path);
+    ASSERT_TRUE(journal.ok()) << journal.status();
+    (*journal)->Append({{"n", 4}});
+    ASSERT_TRUE((*journal)->Sync().ok());
+  }
+  auto records = Journal::ReadAll(path);
+  ASSERT_TRUE(records.ok());
+  ASSERT_EQ(records->size(), 3u);
+  EXPECT_EQ((*records)[0]["n"], 1);
+  EXPECT_EQ((*records)[1]["n"], 2);
+  EXPECT_EQ((*records)[2]["n"], 4);
+}
+
 }  // namespace
 }  // namespace shoal

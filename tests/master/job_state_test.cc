@@ -106,5 +106,50 @@ TEST(JobStateTest, RoleStartedOnlyWhenAllItsTasksRun) {
   EXPECT_TRUE(s.RoleStarted("ps"));
 }
 
+TEST(JobStateTest, AFailureWithARestartPendingDoesNotDecideTheJob) {
+  JobState s(MakeJob({MakeRole("worker", 2)}, {"worker"}));
+  TaskRecord* t = s.Find("worker", 1);
+  t->restart_pending = true;
+  Finish(s, "worker", 1, 3);
+  EXPECT_FALSE(s.DecideOutcome().has_value());
+  auto record = s.Restart(*t);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ((*record)["attempt"], 1);
+  EXPECT_EQ(t->state, TaskState::kPending);
+  EXPECT_EQ(t->attempt, 1u);
+  EXPECT_FALSE(t->restart_pending);
+  EXPECT_FALSE(s.AllStarted());
+  EXPECT_FALSE(s.RoleStarted("worker"));
+  Finish(s, "worker", 0, 0);
+  EXPECT_FALSE(s.DecideOutcome().has_value());
+  Finish(s, "worker", 1, 0);  // the second attempt succeeds
+  ASSERT_TRUE(s.DecideOutcome().has_value());
+  EXPECT_EQ(s.DecideOutcome()->phase, JobPhase::kSucceeded);
+  EXPECT_TRUE(s.AllTerminal());
+}
+
+TEST(JobStateTest, RestartingASucceededTaskTakesBackItsSuccess) {
+  JobState s(MakeJob({MakeRole("worker", 1)}, {"worker"}));
+  Finish(s, "worker", 0, 0);
+  ASSERT_TRUE(s.DecideOutcome().has_value());
+  s.Restart(*s.Find("worker", 0));
+  EXPECT_FALSE(s.DecideOutcome().has_value());
+  EXPECT_FALSE(s.Restart(*s.Find("worker", 0)).has_value());  // not terminal: refused
+}
+
+TEST(JobStateTest, ASlotOutOfTheWorldDoesNotCountForSuccess) {
+  JobState s(MakeJob({MakeRole("worker", 3)}, {"worker"}));
+  TaskRecord* lost = s.Find("worker", 2);
+  lost->restart_pending = true;
+  Finish(s, "worker", 2, -1, 9);
+  s.SetInWorld(*lost, false);
+  Finish(s, "worker", 0, 0);
+  Finish(s, "worker", 1, 0);
+  ASSERT_TRUE(s.DecideOutcome().has_value());
+  EXPECT_EQ(s.DecideOutcome()->phase, JobPhase::kSucceeded);
+  s.SetInWorld(*lost, true);
+  EXPECT_FALSE(s.DecideOutcome().has_value());
+}
+
 }  // namespace
 }  // namespace shoal::master

@@ -5,7 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
+#include <sys/syscall.h>
+
 #include <cerrno>
+#include <filesystem>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -18,6 +22,7 @@
 #include "agent/exec_plan.h"
 #include "common/files.h"
 #include "common/process.h"
+#include "nlohmann/json.hpp"
 
 namespace shoal::backends {
 
@@ -98,6 +103,7 @@ absl::StatusOr<std::vector<NodeGrant>> LocalBackend::Acquire(const spec::JobSpec
         return mine;
       });
   if (!reservation.ok()) return reservation.status();
+  reservation_ = *reservation;
   NodeGrant grant;
   grant.name = "local";
   grant.address = "127.0.0.1";
@@ -175,13 +181,87 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
     std::lock_guard<std::mutex> lock(mu_);
     agent_pid_ = pid;
   }
-  watcher_ = std::thread([this, pid] { WatchAgent(pid); });
+  watcher_ = std::thread([this, pid] { WatchAgent(pid, /*child=*/true); });
+  // What a master taking over after this one dies needs to find the agent again, and the ledger
+  // keeps the job's hold while the agent lives even if the master does not.
+  nlohmann::json record = {{"pid", pid}, {"job_id", options.job_id}};
+  record["cgroup_dirs"] = nlohmann::json::array();
+  if (agent_cgroup_) {
+    for (const auto& d : agent_cgroup_->dirs()) {
+      record["cgroup_dirs"].push_back(
+          {{"path", d.path}, {"v2", d.v2}, {"memory", d.memory}, {"tracking", d.tracking}});
+    }
+  }
+  if (auto st = MakeDirs(options_.agent_work_dir); !st.ok()) return st;
+  if (auto st = WriteFileAtomically(AgentRecordPath(), record.dump()); !st.ok()) return st;
+  reservation_.agent_pid = pid;
+  return ledger_.Put(reservation_);
+}
+
+absl::Status LocalBackend::Reattach(const std::string& job_id,
+                                    const std::vector<NodeGrant>& grants,
+                                    const AgentStartOptions& options) {
+  job_id_ = job_id;
+  if (grants.size() != 1 || grants[0].name != "local") {
+    return absl::InvalidArgumentError("the local backend holds exactly one place, 'local'");
+  }
+  const NodeGrant& g = grants[0];
+  reservation_.job_id = job_id;
+  reservation_.owner_pid = ::getpid();
+  reservation_.cpus = g.cpus;
+  reservation_.memory_bytes = g.memory_bytes;
+  reservation_.cores = g.cores;
+  reservation_.gpus = g.gpus;
+  auto text = ReadFile(AgentRecordPath());
+  nlohmann::json record =
+      text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+  pid_t pid = record.is_object() ? record.value("pid", 0) : 0;
+  // The pid must still be this job's agent, not a recycled number.
+  auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  bool alive = pid > 0 && ProcessRunning(pid) && cmdline.ok() &&
+               cmdline->find(std::string("agent\0", 6)) != std::string::npos &&
+               cmdline->find(options_.agent_work_dir) != std::string::npos;
+  if (alive) {
+    std::vector<agent::TaskCgroup::Dir> dirs;
+    for (const auto& d : record.value("cgroup_dirs", nlohmann::json::array())) {
+      agent::TaskCgroup::Dir dir;
+      dir.path = d.value("path", "");
+      dir.v2 = d.value("v2", false);
+      dir.memory = d.value("memory", false);
+      dir.tracking = d.value("tracking", false);
+      if (!dir.path.empty() && std::filesystem::exists(dir.path)) dirs.push_back(dir);
+    }
+    if (!dirs.empty()) agent_cgroup_ = std::make_unique<agent::TaskCgroup>(std::move(dirs));
+    reservation_.agent_pid = pid;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      agent_pid_ = pid;
+    }
+    watcher_ = std::thread([this, pid] { WatchAgent(pid, /*child=*/false); });
+  }
+  if (auto st = ledger_.Put(reservation_); !st.ok()) return st;
+  if (!alive) {
+    return absl::NotFoundError(absl::StrCat("the agent of job ", job_id,
+                                            " is gone (it died with the previous master)"));
+  }
   return absl::OkStatus();
 }
 
-void LocalBackend::WatchAgent(pid_t pid) {
+void LocalBackend::WatchAgent(pid_t pid, bool child) {
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (child) {
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  } else {
+    // Not our child: a pidfd tells when it exits, though not how.
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
+      ::close(fd);
+    }
+    status = -1;
   }
   PlaceLostCallback callback;
   std::string why;
@@ -192,7 +272,9 @@ void LocalBackend::WatchAgent(pid_t pid) {
     if (releasing_) return;
     callback = on_lost_;
   }
-  if (WIFSIGNALED(status)) {
+  if (status == -1) {
+    why = "agent exited";
+  } else if (WIFSIGNALED(status)) {
     why = absl::StrCat("agent killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
   } else {
     why = absl::StrCat("agent exited with code ", WEXITSTATUS(status));

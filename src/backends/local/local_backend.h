@@ -38,14 +38,19 @@ class LocalBackend final : public Backend {
   void SetPlaceLostCallback(PlaceLostCallback callback) override;
   void TerminatePlace(const std::string& node) override;
   void Release() override;
+  absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
+                        const AgentStartOptions& options) override;
 
  private:
-  void WatchAgent(pid_t pid);
+  // `child`: the agent is our child (waitpid); else it was adopted and is watched via a pidfd.
+  void WatchAgent(pid_t pid, bool child);
+  std::string AgentRecordPath() const { return options_.agent_work_dir + "/agent.json"; }
   // SIGKILL to the agent and, through its cgroup, to every process it started.
   void KillAgentAndTasks();
 
   LocalBackendOptions options_;
   ResourceLedger ledger_;
+  Reservation reservation_;
   std::string job_id_;
   std::mutex mu_;
   std::condition_variable agent_exited_;

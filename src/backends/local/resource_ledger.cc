@@ -33,7 +33,8 @@ class FileLock {
 };
 
 nlohmann::json ToJson(const Reservation& r) {
-  return {{"job_id", r.job_id}, {"owner_pid", r.owner_pid}, {"cpus", r.cpus},
+  return {{"job_id", r.job_id}, {"owner_pid", r.owner_pid}, {"agent_pid", r.agent_pid},
+          {"cpus", r.cpus},
           {"memory_bytes", r.memory_bytes}, {"cores", r.cores}, {"gpus", r.gpus}};
 }
 
@@ -51,11 +52,12 @@ std::vector<Reservation> ResourceLedger::ReadLive() {
     Reservation r;
     r.job_id = j.value("job_id", "");
     r.owner_pid = j.value("owner_pid", 0);
+    r.agent_pid = j.value("agent_pid", 0);
     r.cpus = j.value("cpus", 0.0);
     r.memory_bytes = j.value("memory_bytes", uint64_t{0});
     r.cores = j.value("cores", std::vector<uint32_t>{});
     r.gpus = j.value("gpus", std::vector<std::string>{});
-    if (!ProcessRunning(r.owner_pid)) {
+    if (!ProcessRunning(r.owner_pid) && (r.agent_pid <= 0 || !ProcessRunning(r.agent_pid))) {
       std::filesystem::remove(entry.path(), ec);  // its master is gone: the hold is stale
       continue;
     }
@@ -77,6 +79,14 @@ absl::StatusOr<Reservation> ResourceLedger::ReserveIf(
     return st;
   }
   return decision;
+}
+
+absl::Status ResourceLedger::Put(const Reservation& reservation) {
+  if (auto st = MakeDirs(dir_); !st.ok()) return st;
+  FileLock lock(dir_ + "/lock");
+  if (!lock.ok()) return ErrnoStatus(absl::StrCat("lock ", dir_, "/lock"), errno);
+  return WriteFileAtomically(absl::StrCat(dir_, "/", reservation.job_id, ".json"),
+                             ToJson(reservation).dump());
 }
 
 absl::Status ResourceLedger::Remove(const std::string& job_id) {

@@ -12,7 +12,10 @@ namespace shoal::backends {
 // What one job holds on this machine.
 struct Reservation {
   std::string job_id;
-  int owner_pid = 0;  // the job's master; a reservation whose owner is dead is ignored
+  // The job's master and its agent: a reservation is held while either lives (a master that
+  // died leaves its agent and tasks running until a new master takes over).
+  int owner_pid = 0;
+  int agent_pid = 0;
   double cpus = 0;
   uint64_t memory_bytes = 0;
   std::vector<uint32_t> cores;
@@ -31,6 +34,9 @@ class ResourceLedger {
   absl::StatusOr<Reservation> ReserveIf(
       const std::function<absl::StatusOr<Reservation>(const std::vector<Reservation>&)>& decide);
   absl::Status Remove(const std::string& job_id);
+  // Records `reservation` as it is, whatever others hold (the job's own hold, taken over or
+  // updated).
+  absl::Status Put(const Reservation& reservation);
 
  private:
   std::vector<Reservation> ReadLive();
