@@ -29,7 +29,13 @@ class MasterLink {
 
   bool Open() {
     std::lock_guard<std::mutex> lock(mu_);
-    channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    // A master that died is replaced within milliseconds (shoal run starts a new one on the
+    // same address): retry quickly, not after gRPC's default one-second backoff.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
                                     std::chrono::milliseconds(1000))) {
       return false;
