@@ -43,5 +43,14 @@ ninja -C "$repo/build" -j2
 if [ "$(id -u)" -eq 0 ]; then bindir=/usr/local/bin; else bindir="$HOME/.local/bin"; fi
 mkdir -p "$bindir"
 ln -sf "$repo/build/src/cli/shoal" "$bindir/shoal"
+# The training SDK (import shoal) for Debian's python3: a .pth file names this checkout's
+# sdk/python, so scripts import it without a virtualenv and it follows the checkout.
+if [ "$(id -u)" -eq 0 ]; then
+  sitedir=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+else
+  sitedir=$(/usr/bin/python3 -m site --user-site)
+fi
+mkdir -p "$sitedir"
+echo "$repo/sdk/python" > "$sitedir/shoal-sdk.pth"
 echo "setup: done; $(command -v shoal || echo "$bindir/shoal") -> $repo/build/src/cli/shoal"
 case ":$PATH:" in *":$bindir:"*) ;; *) echo "setup: add $bindir to your PATH";; esac

@@ -54,6 +54,13 @@ class Backend {
   // Stops agents still running and frees everything Acquire took. Safe to call twice.
   virtual void Release() = 0;
 
+  // The place's agent is gone (its death was reported through the place-lost callback): start a
+  // new agent there, which registers like the first one did. Unimplemented where a lost place
+  // cannot come back.
+  virtual absl::Status ReplacePlace(const std::string& node, const AgentStartOptions& options) {
+    return absl::UnimplementedError(Name() + " backend cannot replace a lost place");
+  }
+
   // A new master took over the job after the previous one died: hold `grants` again (as
   // journaled by the previous master) and watch the agents it started, which keep running and
   // reconnect by themselves. NotFound for a place whose agent is gone. Instead of Acquire and

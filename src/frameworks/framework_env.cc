@@ -59,7 +59,9 @@ void AddTorchrunVariables(const spec::JobSpec& job, const ClusterPlan& plan,
   env["ROLE_RANK"] = std::to_string(role_rank);
   env["ROLE_WORLD_SIZE"] = std::to_string(role_world);
   env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(plan.restart_count);
-  env["TORCHELASTIC_MAX_RESTARTS"] = "0";
+  bool group_policy = role != nullptr && (role->on_failure == spec::OnFailure::kRestartGroup ||
+                                          role->on_failure == spec::OnFailure::kElastic);
+  env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(group_policy ? role->max_restarts : 0);
   env["TORCHELASTIC_RUN_ID"] = plan.job_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
 }

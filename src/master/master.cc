@@ -68,7 +68,12 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
     // Read before anything is appended: the previous master's record of the job.
     auto records = Journal::ReadAll(master->options_.job_dir + "/events.jsonl");
     if (!records.ok()) return records.status();
-    if (auto st = master->Replay(*records); !st.ok()) return st;
+    if (records->empty()) {
+      // The previous master died before it made anything durable: nothing ran, start afresh.
+      master->options_.recover = false;
+    } else if (auto st = master->Replay(*records); !st.ok()) {
+      return st;
+    }
   }
   if (master->options_.spec.dataset.configured) {
     master->shards_ = std::make_unique<ShardTable>(master->options_.spec.dataset);
@@ -328,6 +333,15 @@ void Master::TryAdmit() {
 }
 
 void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) {
+  if (options_.recover && !recovery_started_) {
+    // An agent redialled faster than the new master's Recover() got onto its loop: answer once
+    // the job is rebuilt.
+    loop_.PostAfter(std::chrono::milliseconds(1), [this, id = session.id, message] {
+      auto it = sessions_.find(id);
+      if (it != sessions_.end()) OnRegister(it->second, message);
+    });
+    return;
+  }
   const v1::RegisterRequest& req = message.register_();
   v1::MasterMessage reply;
   auto* r = reply.mutable_register_reply();
@@ -347,8 +361,9 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
   }
   bool expected = granted_nodes_.count(req.node_name()) > 0;
   bool reattaching = awaiting_reattach_.count(req.node_name()) > 0;
+  bool replacing = replacing_nodes_.count(req.node_name()) > 0;
   if (!expected || SessionForNode(req.node_name()) != nullptr ||
-      (rendezvous_done_ && !reattaching)) {
+      (rendezvous_done_ && !reattaching && !replacing)) {
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
@@ -367,6 +382,24 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
            {"ports", session.free_ports.size()}});
   if (reattaching) {
     ReconcileNode(session.node, message);
+    return;
+  }
+  if (replacing) {
+    // A new agent for a lost place: the world is unchanged, so it gets the same cluster spec
+    // and the tasks that were waiting for it.
+    replacing_nodes_.erase(session.node);
+    v1::MasterMessage cluster;
+    cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
+    cluster.mutable_cluster()->set_generation(plan_.restart_count);
+    SendToAgent(session, cluster);
+    std::set<std::string> waiting;
+    for (const auto& t : state_.tasks()) {
+      if (t.node == session.node && t.state == TaskState::kPending && t.in_world) waiting.insert(t.role);
+    }
+    launched_roles_.erase(std::remove_if(launched_roles_.begin(), launched_roles_.end(),
+                                         [&](const std::string& r) { return waiting.count(r) > 0; }),
+                          launched_roles_.end());
+    LaunchReadyRoles();
     return;
   }
   if (node_sessions_.size() == grants_.size()) CompleteRendezvous();
@@ -495,6 +528,9 @@ void Master::LaunchReadyRoles() {
       for (const auto& g : t.gpus) launch->add_gpus(g);
       TaskRecord* rec = state_.Find(t.role, t.index);
       AgentSession* s = SessionForNode(t.node);
+      // The place lost its agent: the task waits for the new one (launched when it registers),
+      // or fails if the place cannot be replaced.
+      if (s == nullptr && rendezvous_done_) continue;
       Transition(*rec, TaskState::kStarting);
       if (s == nullptr) {
         rec->exit_code = -1;
@@ -583,22 +619,95 @@ void Master::OnPlaceLost(const std::string& node, const std::string& why) {
   if (IsTerminal(phase_)) return;
   Journal({{"type", "place_lost"}, {"node", node}, {"reason", why}});
   FailTasksOnNode(node, absl::StrCat("lost: ", why));
-  // Nothing will report these tasks any more; the agent killed them or they died with it.
-  for (auto& [id, s] : sessions_) {
-    if (s.node == node) s.connection->Close();
+  // Nothing will report these tasks any more; the agent killed them or they died with it. Its
+  // session goes now, so a late disconnect of it cannot be mistaken for its replacement's.
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.registered && it->second.node == node) {
+      it->second.connection->Close();
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
   }
+  node_sessions_.erase(node);
+  replacing_nodes_.erase(node);  // a replacement that died before registering
   for (auto& t : state_.tasks()) {
-    if (t.node == node && !IsTerminal(t.state)) Transition(t, TaskState::kKilled, "lost with its agent");
+    if (t.node != node || IsTerminal(t.state)) continue;
+    if (t.state == TaskState::kPending && rendezvous_done_ && phase_ != JobPhase::kStopping) {
+      continue;
+    }
+    Transition(t, TaskState::kKilled, "lost with its agent");
   }
   if (!rendezvous_done_ && phase_ != JobPhase::kStopping) {
     BeginStopping(JobPhase::kFailed, absl::StrCat("the agent for ", node, " ended before registering: ", why));
   }
   MaybeFinish();
+  ReplacePlace(node);
+}
+
+void Master::ReplacePlace(const std::string& node) {
+  if (!rendezvous_done_ || phase_ == JobPhase::kStopping || IsTerminal(phase_) ||
+      replacing_nodes_.count(node)) {
+    return;
+  }
+  // A place whose agents keep dying is not replaced forever.
+  uint32_t limit = 1;
+  for (const auto& role : options_.spec.roles) limit = std::max(limit, role.max_restarts);
+  if (++place_replacements_[node] > limit) {
+    Journal({{"type", "place_replacing"}, {"node", node}, {"ok", false},
+             {"reason", "its agents were lost too often"}});
+    for (auto& t : state_.tasks()) {
+      if (t.node == node && t.state == TaskState::kPending && t.in_world) {
+        t.exit_code = -1;
+        Transition(t, TaskState::kFailed,
+                   absl::StrCat("its place ", node, " lost its agent ", limit, " times"));
+      }
+    }
+    EvaluateOutcome();
+    MaybeFinish();
+    return;
+  }
+  bool needed = false;
+  for (const auto& t : state_.tasks()) {
+    needed |= (t.node == node && (t.restart_pending || t.state == TaskState::kPending));
+  }
+  if (!needed) return;
+  backends::AgentStartOptions start;
+  start.master_address = address_;
+  start.token = options_.token;
+  start.job_id = options_.job_id;
+  start.job_dir = options_.job_dir;
+  start.shoal_binary = options_.shoal_binary;
+  start.master_grace_ms = options_.agent_master_grace_ms;
+  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+  for (const auto& p : placement_) start.ports_per_node[p.node]++;
+  auto st = backend_->ReplacePlace(node, start);
+  Journal({{"type", "place_replacing"}, {"node", node}, {"ok", st.ok()},
+           {"reason", std::string(st.message())}});
+  if (!st.ok()) {
+    spdlog::warn("cannot replace the lost place {}: {}", node, st.ToString());
+    for (auto& t : state_.tasks()) {
+      if (t.node == node && t.state == TaskState::kPending && t.in_world) {
+        t.exit_code = -1;
+        HandleTaskFailure(t, absl::StrCat("its place ", node, " was lost and cannot be replaced: ",
+                                          st.message()));
+      }
+    }
+    EvaluateOutcome();
+    MaybeFinish();
+    return;
+  }
+  replacing_nodes_.insert(node);
+  EmitNotice(absl::StrCat("started a new agent on ", node, " for the tasks that restart there"));
 }
 
 void Master::FailTasksOnNode(const std::string& node, const std::string& reason) {
   for (auto& t : state_.tasks()) {
     if (t.node != node || IsTerminal(t.state)) continue;
+    // Not launched yet: it never ran on the lost agent and waits for its replacement.
+    if (t.state == TaskState::kPending && rendezvous_done_ && phase_ != JobPhase::kStopping) {
+      continue;
+    }
     if (phase_ == JobPhase::kStopping || t.restart_pending) {
       Transition(t, TaskState::kKilled, t.restart_pending ? t.reason : reason);
     } else {
@@ -1149,6 +1258,7 @@ absl::Status Master::Replay(const std::vector<nlohmann::json>& records) {
 }
 
 void Master::Recover() {
+  recovery_started_ = true;
   Journal({{"type", "master_recovered"},
            {"master", address_},
            {"pid", ::getpid()},

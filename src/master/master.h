@@ -155,6 +155,8 @@ class Master {
   void SendClusterSpec();
   void StopTask(TaskRecord& task, std::chrono::milliseconds grace, const std::string& reason);
   void OnPlaceLost(const std::string& node, const std::string& why);
+  // Asks the backend for a new agent on a lost place that tasks will restart on.
+  void ReplacePlace(const std::string& node);
   void CheckHeartbeats();
   void FailTasksOnNode(const std::string& node, const std::string& reason);
   void SetPhase(JobPhase phase, const std::string& reason);
@@ -195,8 +197,11 @@ class Master {
   std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
   std::set<std::string> granted_nodes_;
   std::map<std::string, std::string> node_addresses_;  // node -> address its agent reported
-  std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back
+  std::set<std::string> awaiting_reattach_;
+  std::set<std::string> replacing_nodes_;  // lost places whose new agent has not registered
+  std::map<std::string, uint32_t> place_replacements_;  // recovery: nodes whose agent has not come back
   bool finished_before_recovery_ = false;
+  bool recovery_started_ = false;
   std::string previous_address_;  // recovery: where the previous master listened
   std::unique_ptr<TaskLogs> logs_;
   std::vector<std::pair<std::shared_ptr<AgentConnection>, std::unique_ptr<v1::MasterMessage>>>

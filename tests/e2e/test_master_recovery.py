@@ -43,8 +43,9 @@ def test_following_run_replaces_a_killed_master_and_no_task_restarts(
     client = start_shoal("run", str(job), env=e2e.sdk_env())
     job_dir = e2e.wait_for_job(jobs_dir, "recover-ddp", timeout=30)
     job_id = job_dir.name
-    status = wait_for_state(job_id, lambda s: s["state"] == "running" and all(
-        t["state"] == "running" for t in s["tasks"]), 60, "both workers running")
+    status = wait_for_state(job_id, lambda s: s["state"] == "running" and len(s["tasks"]) == 2
+                            and all(t["state"] == "running" for t in s["tasks"]), 60,
+                            "both workers running")
     pids = {t["task"]: t["pid"] for t in status["tasks"]}
     # Mid-training: the workers have finished at least one epoch.
     e2e.wait_until(lambda: "epoch 1/" in (job_dir / "logs.txt").read_text(errors="replace"),
@@ -90,8 +91,8 @@ def test_resume_takes_over_a_detached_job_whose_master_died(
         """)
     job_id = detach_job(job, env={"SHOAL_AGENT_MASTER_GRACE_MS": "15000"})
     job_dir = jobs_dir / job_id
-    status = wait_for_state(job_id, lambda s: all(t["state"] == "running" for t in s["tasks"]),
-                            60, "both workers running")
+    status = wait_for_state(job_id, lambda s: len(s["tasks"]) == 2 and all(
+        t["state"] == "running" for t in s["tasks"]), 60, "both workers running")
     pids = sorted(t["pid"] for t in status["tasks"])
     os.kill(master_pid(job_dir), signal.SIGKILL)
 

@@ -198,6 +198,23 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
   return ledger_.Put(reservation_);
 }
 
+absl::Status LocalBackend::ReplacePlace(const std::string& node,
+                                        const AgentStartOptions& options) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (agent_pid_ > 0) {
+      return absl::FailedPreconditionError("the local agent is still running");
+    }
+  }
+  if (watcher_.joinable()) watcher_.join();
+  // The dead agent's cgroup: whatever it left dies with it, and its name is free again.
+  if (agent_cgroup_) {
+    (void)agent_cgroup_->KillAndRemove(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+    agent_cgroup_.reset();
+  }
+  return StartAgents(options);
+}
+
 absl::Status LocalBackend::Reattach(const std::string& job_id,
                                     const std::vector<NodeGrant>& grants,
                                     const AgentStartOptions& options) {

@@ -38,6 +38,7 @@ class LocalBackend final : public Backend {
   void SetPlaceLostCallback(PlaceLostCallback callback) override;
   void TerminatePlace(const std::string& node) override;
   void Release() override;
+  absl::Status ReplacePlace(const std::string& node, const AgentStartOptions& options) override;
   absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
                         const AgentStartOptions& options) override;
 
