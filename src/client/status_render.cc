@@ -40,8 +40,16 @@ std::string StatusTable(const nlohmann::json& status) {
                                     status.value("name", ""), status.value("state", ""));
   std::string reason = status.value("reason", "");
   if (!reason.empty()) absl::StrAppend(&out, "reason  ", reason, "\n");
-  absl::StrAppend(&out, absl::StrFormat("\n%-16s %-10s %-5s %-8s %-8s %-6s %s\n", "TASK", "STATE",
-                                        "RANK", "NODE", "PID", "EXIT", "REASON"));
+  int generation = status.value("generation", 0);
+  int group_restarts = status.value("group_restarts", 0);
+  if (generation > 0 || group_restarts > 0) {
+    absl::StrAppend(&out, absl::StrFormat("world   %d tasks, generation %d, %d group restarts\n",
+                                          status.value("world_size", 0), generation,
+                                          group_restarts));
+  }
+  absl::StrAppend(&out, absl::StrFormat("\n%-16s %-10s %-5s %-8s %-8s %-6s %-8s %s\n", "TASK",
+                                        "STATE", "RANK", "NODE", "PID", "EXIT", "RESTARTS",
+                                        "REASON"));
   for (const auto& t : status.value("tasks", nlohmann::json::array())) {
     std::string exit;
     std::string st = t.value("state", "");
@@ -50,10 +58,24 @@ std::string StatusTable(const nlohmann::json& status) {
       exit = sig ? absl::StrCat("sig", sig) : absl::StrCat(t.value("exit_code", 0));
     }
     int pid = t.value("pid", 0);
-    absl::StrAppend(&out, absl::StrFormat("%-16s %-10s %-5d %-8s %-8s %-6s %s\n", t.value("task", ""),
-                                          st, t.value("rank", 0), t.value("node", ""),
+    std::string rank = t.value("in_world", true) ? std::to_string(t.value("rank", 0)) : "-";
+    absl::StrAppend(&out, absl::StrFormat("%-16s %-10s %-5s %-8s %-8s %-6s %-8d %s\n",
+                                          t.value("task", ""), st, rank, t.value("node", ""),
                                           pid ? std::to_string(pid) : "", exit,
-                                          t.value("reason", "")));
+                                          t.value("restarts", 0), t.value("reason", "")));
+  }
+  const auto& failures = status.value("failures", nlohmann::json::array());
+  if (!failures.empty()) {
+    int total = status.value("failures_total", static_cast<int>(failures.size()));
+    absl::StrAppend(&out, "\nfailures (", total, total > static_cast<int>(failures.size())
+                                                     ? absl::StrCat(", the last ", failures.size(), " shown")
+                                                     : "",
+                    "):\n");
+    for (const auto& f : failures) {
+      absl::StrAppend(&out, absl::StrFormat("  %-16s attempt %-3d %-20s %s\n", f.value("task", ""),
+                                            f.value("attempt", 0), f.value("action", ""),
+                                            f.value("cause", "")));
+    }
   }
   return out;
 }

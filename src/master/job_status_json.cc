@@ -31,6 +31,15 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
         {"step", t.step()},
     });
   }
+  nlohmann::json failures = nlohmann::json::array();
+  for (const auto& f : status.failures()) {
+    failures.push_back({{"task", f.task().role() + ":" + std::to_string(f.task().index())},
+                        {"attempt", f.task().attempt()},
+                        {"cause", f.cause()},
+                        {"action", f.action()},
+                        {"restart", f.restart()},
+                        {"unix_ms", f.unix_ms()}});
+  }
   nlohmann::json shards = nullptr;
   if (!status.shards_json().empty()) {
     shards = nlohmann::json::parse(status.shards_json(), nullptr, false);
@@ -46,6 +55,8 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
       {"group_restarts", status.group_restarts()},
       {"world_size", status.world_size()},
       {"shards", shards},
+      {"failures", failures},
+      {"failures_total", status.failures_total()},
       {"tasks", tasks},
   };
 }

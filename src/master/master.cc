@@ -930,6 +930,7 @@ void Master::HandleTaskFailure(TaskRecord& task, const std::string& cause) {
            {"cause", cause},
            {"restart", d.restart_number},
            {"delay_ms", d.delay.count()}});
+  RecordFailure(task, cause, ActionName(d.action), d.restart_number);
   Transition(task, TaskState::kFailed, d.reason);
   switch (d.action) {
     case Action::kNone:
@@ -948,6 +949,15 @@ void Master::HandleTaskFailure(TaskRecord& task, const std::string& cause) {
       BeginGroupRestart(absl::StrCat(task.Key(), " ", cause), d.delay);
       return;
   }
+}
+
+void Master::RecordFailure(const TaskRecord& task, const std::string& cause,
+                           const std::string& action, uint32_t restart) {
+  FailureEntry e{task.role, task.index, task.attempt, cause, action, restart,
+                 options_.clock->UnixMillis()};
+  failures_.push_back(std::move(e));
+  ++failures_total_;
+  if (failures_.size() > kFailuresKept) failures_.pop_front();
 }
 
 void Master::ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision) {
@@ -1211,6 +1221,13 @@ absl::Status Master::Replay(const std::vector<nlohmann::json>& records) {
       std::string action = r.value("action", "");
       if (t != nullptr && action != "fail" && action != "none") t->restart_pending = true;
       policy_.Restore(r.value("task", ""), action, r.value("restart", 0u), now);
+      if (action != "none" && r.value("cause", "") != "exited with code 0") {
+        auto [frole, findex] = SplitTaskKey(r.value("task", ""));
+        failures_.push_back({frole, findex, r.value("attempt", 0u), r.value("cause", ""), action,
+                             r.value("restart", 0u), r.value("ts", int64_t{0})});
+        ++failures_total_;
+        if (failures_.size() > kFailuresKept) failures_.pop_front();
+      }
       if (t != nullptr) t->restarts = policy_.task_restarts(t->Key());
     } else if (type == "slot_left" || type == "slot_rejoined") {
       auto [role, index] = SplitTaskKey(r.value("task", ""));
@@ -1581,6 +1598,17 @@ void Master::PublishStatus() {
   status.set_group_restarts(policy_.group_restarts());
   status.set_world_size(static_cast<uint32_t>(plan_.tasks.size()));
   if (shards_) status.set_shards_json(shards_->Snapshot().dump());
+  for (const auto& f : failures_) {
+    auto* fr = status.add_failures();
+    fr->mutable_task()->set_role(f.role);
+    fr->mutable_task()->set_index(f.index);
+    fr->mutable_task()->set_attempt(f.attempt);
+    fr->set_cause(f.cause);
+    fr->set_action(f.action);
+    fr->set_restart(f.restart);
+    fr->set_unix_ms(f.unix_ms);
+  }
+  status.set_failures_total(failures_total_);
   std::string serialized = status.SerializeAsString();
   v1::WatchEvent event;
   *event.mutable_status() = status;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,6 +142,8 @@ class Master {
   void HandleTaskFailure(TaskRecord& task, const std::string& cause);
   void HandleCleanExit(TaskRecord& task);
   void ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision);
+  void RecordFailure(const TaskRecord& task, const std::string& cause, const std::string& action,
+                     uint32_t restart);
   void RelaunchTask(const std::string& role, uint32_t index, uint32_t attempt);
   bool InGroup(const TaskRecord& task) const;
   // Stops every task of the group for a new rendezvous, which starts `delay` after the last
@@ -220,6 +223,18 @@ class Master {
   // Failure handling (docs/fault-tolerance.md).
   uint32_t generation_ = 0;       // bumped by every group restart or rescale
   FailurePolicy policy_;
+  struct FailureEntry {
+    std::string role;
+    uint32_t index = 0;
+    uint32_t attempt = 0;
+    std::string cause;
+    std::string action;
+    uint32_t restart = 0;
+    int64_t unix_ms = 0;
+  };
+  static constexpr size_t kFailuresKept = 100;
+  std::deque<FailureEntry> failures_;  // newest last, for status
+  uint32_t failures_total_ = 0;
   bool group_restart_in_progress_ = false;
   std::chrono::milliseconds group_restart_delay_{0};
   bool grow_pending_ = false;     // elastic: capacity is back; grow after the next checkpoint
