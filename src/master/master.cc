@@ -619,17 +619,8 @@ void Master::OnPlaceLost(const std::string& node, const std::string& why) {
   if (IsTerminal(phase_)) return;
   Journal({{"type", "place_lost"}, {"node", node}, {"reason", why}});
   FailTasksOnNode(node, absl::StrCat("lost: ", why));
-  // Nothing will report these tasks any more; the agent killed them or they died with it. Its
-  // session goes now, so a late disconnect of it cannot be mistaken for its replacement's.
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->second.registered && it->second.node == node) {
-      it->second.connection->Close();
-      it = sessions_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  node_sessions_.erase(node);
+  // Nothing will report these tasks any more; the agent killed them or they died with it.
+  DropSessionsOf(node);
   replacing_nodes_.erase(node);  // a replacement that died before registering
   for (auto& t : state_.tasks()) {
     if (t.node != node || IsTerminal(t.state)) continue;
@@ -643,6 +634,21 @@ void Master::OnPlaceLost(const std::string& node, const std::string& why) {
   }
   MaybeFinish();
   ReplacePlace(node);
+}
+
+// The agent of `node` is being given up: its session goes at once, so that nothing more is sent
+// into it (a task restarting right away waits for the replacement instead) and its late
+// disconnect cannot be mistaken for the replacement's.
+void Master::DropSessionsOf(const std::string& node) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second.registered && it->second.node == node) {
+      it->second.connection->Close();
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  node_sessions_.erase(node);
 }
 
 void Master::ReplacePlace(const std::string& node) {
@@ -732,6 +738,7 @@ void Master::CheckHeartbeats() {
     double secs = std::chrono::duration<double>(limit).count();
     Journal({{"type", "agent_silent"}, {"node", node}, {"seconds", secs}});
     backend_->TerminatePlace(node);  // a hung agent must not leave its tasks running
+    DropSessionsOf(node);
     FailTasksOnNode(node, absl::StrFormat("lost: the agent on %s was silent for %.1fs", node, secs));
   }
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });

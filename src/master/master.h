@@ -160,6 +160,7 @@ class Master {
   void OnPlaceLost(const std::string& node, const std::string& why);
   // Asks the backend for a new agent on a lost place that tasks will restart on.
   void ReplacePlace(const std::string& node);
+  void DropSessionsOf(const std::string& node);
   void CheckHeartbeats();
   void FailTasksOnNode(const std::string& node, const std::string& reason);
   void SetPhase(JobPhase phase, const std::string& reason);
