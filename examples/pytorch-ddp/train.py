@@ -10,7 +10,22 @@ pytorch framework (or a person, by hand) sets for every worker:
     LOCAL_RANK                 its rank among the processes on this machine
 
 Deterministic: fixed seeds, a fixed stratified 80/20 train/held-out split
-(random_state=0); each rank trains on its DistributedSampler shard of the training set.
+(random_state=0). The data schedule is a function of the global step only: epoch e
+shuffles the training set with seed SEED + e (exactly as DistributedSampler does),
+pads it to a multiple of the world size the schedule was made for, and global step k
+of the epoch trains on the k-th chunk of `global batch` samples of that order; rank r
+of a world of W takes every W-th sample of the chunk, starting at r. With a fixed world
+this is exactly DistributedSampler's split with --batch-size per rank.
+
+Fault tolerance, through Shoal's training SDK (sdk/python/shoal, docs/sdk.md):
+- every step is reported with shoal.progress(step) (the hang watchdog of a role with
+  progress_timeout);
+- at start the newest complete checkpoint in SHOAL_CHECKPOINT_DIR (or --checkpoint-dir)
+  is loaded: model, optimizer, global step and the schedule (global batch and padding);
+  the run goes on from that step with whatever RANK/WORLD_SIZE it has now, so an elastic
+  job that shrank or grew continues the very same sample order;
+- with --checkpoint-every N, rank 0 saves a checkpoint every N global steps.
+Without checkpoints (the default) it behaves as it always did.
 
 Output: every rank prints one `epoch E/N loss L` line per epoch. Rank 0 then prints a
 JSON line
@@ -19,6 +34,7 @@ and, as its very last line, `final_accuracy=0.xxx`. mean_step_ms is the mean wal
 of one optimizer step (forward + backward, which includes DDP's allreduce, + step),
 measured with time.perf_counter over every step after the first epoch (the first epoch
 is warmup; with --epochs 1 all steps are used); steps is how many steps were averaged.
+A resumed run also prints `resumed from checkpoint step S (world size W)`.
 
 Exit status: 0 on success; 1 when held-out accuracy is below --min-accuracy;
 2 on bad arguments or a missing environment variable.
@@ -26,6 +42,7 @@ Exit status: 0 on success; 1 when held-out accuracy is below --min-accuracy;
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -38,17 +55,43 @@ def log(msg):
     print(msg, flush=True)
 
 
+def import_sdk():
+    """Shoal's training SDK: from PYTHONPATH, else from this checkout's sdk/python."""
+    try:
+        import shoal
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(here, os.pardir, os.pardir, "sdk", "python"))
+        import shoal
+    return shoal
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, default=10, help="training epochs (default 10)")
     p.add_argument("--batch-size", type=int, default=32,
-                   help="per-rank mini-batch size (default 32)")
+                   help="per-rank mini-batch size (default 32); the global batch is this "
+                        "times WORLD_SIZE at the first launch, and is kept across resumes")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
     p.add_argument("--min-accuracy", type=float, default=0.9,
                    help="exit 1 when held-out accuracy is below this (default 0.9)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="rank 0 saves a checkpoint every N global steps (default 0: never)")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="where checkpoints are saved and loaded from (default: "
+                        "SHOAL_CHECKPOINT_DIR, which Shoal sets)")
+    p.add_argument("--step-delay", type=float, default=0.0, metavar="SECONDS",
+                   help="sleep this long after every step (default 0), to stretch a run so "
+                        "that failures can be injected into it")
     args = p.parse_args()
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
         p.error("--epochs and --batch-size must be >= 1 and --lr > 0")
+    if args.checkpoint_every < 0 or args.step_delay < 0:
+        p.error("--checkpoint-every and --step-delay must be >= 0")
+    args.checkpoint_dir = args.checkpoint_dir or os.environ.get("SHOAL_CHECKPOINT_DIR") or None
+    if args.checkpoint_every > 0 and args.checkpoint_dir is None:
+        p.error("--checkpoint-every needs --checkpoint-dir (or SHOAL_CHECKPOINT_DIR, which "
+                "Shoal sets)")
     return args
 
 
@@ -73,9 +116,23 @@ def read_env():
     return rank, world_size, local_rank
 
 
+def epoch_order(torch, n, epoch, pad_to):
+    """Epoch `epoch`'s sample order: DistributedSampler's shuffle (seed SEED + epoch), padded
+    with its own head to a multiple of `pad_to`, as DistributedSampler pads for `pad_to`
+    replicas."""
+    g = torch.Generator()
+    g.manual_seed(SEED + epoch)
+    order = torch.randperm(n, generator=g).tolist()
+    total = math.ceil(n / pad_to) * pad_to
+    while len(order) < total:
+        order += order[:total - len(order)]
+    return order
+
+
 def main():
     args = parse_args()
     rank, world_size, local_rank = read_env()
+    shoal = import_sdk()
 
     import numpy as np
     import torch
@@ -84,7 +141,6 @@ def main():
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data.distributed import DistributedSampler
 
     threads = os.environ.get("OMP_NUM_THREADS", "")
     torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else 1)
@@ -107,27 +163,48 @@ def main():
 
     # Every rank builds the same initial weights from the seed (DDP also broadcasts rank 0's).
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    ddp = DDP(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
-    # DistributedSampler pads so that every rank gets the same number of samples, hence
-    # the same number of steps: each step's allreduce has a partner on every rank.
-    sampler = DistributedSampler(range(len(x_train)), num_replicas=world_size, rank=rank,
-                                 shuffle=True, seed=SEED)
+    # The schedule: the global batch and the padding are fixed by the first launch and kept
+    # in every checkpoint, so a resume with another world size trains on the same chunks.
+    schedule = {"global_batch": args.batch_size * world_size, "pad_to": world_size}
+    step = 0
+    ckpt = None
+    if args.checkpoint_dir is not None:
+        ckpt = shoal.Checkpointer(dir=args.checkpoint_dir)
+        # Every rank reads the same newest checkpoint; tells Shoal which step it resumes from.
+        step, state = ckpt.load_latest()
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            schedule = dict(state["schedule"])
+            log(f"resumed from checkpoint step {step} (world size {world_size})")
+    ddp = DDP(model)
+
+    n_train = len(x_train)
+    global_batch, pad_to = schedule["global_batch"], schedule["pad_to"]
+    steps_per_epoch = math.ceil(math.ceil(n_train / pad_to) * pad_to / global_batch)
+    total_steps = steps_per_epoch * args.epochs
 
     step_times, step_cpu = [], []
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+    while step < total_steps:
+        epoch, first = divmod(step, steps_per_epoch)
+        order = torch.tensor(epoch_order(torch, n_train, epoch, pad_to), dtype=torch.int64)
         ddp.train()
         total, batches = 0.0, 0
-        for start in range(0, len(idx), args.batch_size):
-            b = idx[start:start + args.batch_size]
-            xb, yb = x_train[b], y_train[b]
+        for k in range(first, steps_per_epoch):
+            chunk = order[k * global_batch:(k + 1) * global_batch]
+            b = chunk[rank::world_size]
             t0, c0 = time.perf_counter(), time.process_time()
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(xb), yb)
+            if len(b) > 0:
+                # DDP averages the ranks' gradients; weighting each rank's mean by its share
+                # of the chunk makes that the mean over the whole chunk (a factor of exactly
+                # 1 when the ranks' shares are equal).
+                loss = loss_fn(ddp(x_train[b]), y_train[b]) * (len(b) * world_size / len(chunk))
+            else:  # a chunk smaller than the world: still take part in the allreduce
+                loss = ddp(x_train[:1]).sum() * 0.0
             loss.backward()  # DDP allreduces the gradients here
             opt.step()
             dt, dc = time.perf_counter() - t0, time.process_time() - c0
@@ -136,6 +213,14 @@ def main():
                 step_cpu.append(dc)
             total += loss.item()
             batches += 1
+            step += 1
+            shoal.progress(step)
+            if ckpt is not None and args.checkpoint_every and step % args.checkpoint_every == 0 \
+                    and rank == 0:
+                ckpt.save(step, {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                 "step": step, "epoch": epoch, "schedule": schedule})
+            if args.step_delay:
+                time.sleep(args.step_delay)
         log(f"epoch {epoch + 1}/{args.epochs} loss {total / max(batches, 1):.3f}")
 
     # Weights are identical on every rank after DDP training; each rank evaluates the

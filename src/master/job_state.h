@@ -40,6 +40,7 @@ struct TaskRecord {
   bool in_world = true;
   uint64_t step = 0;          // last step reported through the SDK
   std::string hung_reason;    // set when the task was killed for lack of progress
+  std::string cause;          // the last failure's cause, without the policy's decision
 
   std::string Key() const { return role + ":" + std::to_string(index); }
 };

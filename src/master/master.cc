@@ -918,6 +918,7 @@ void Master::HandleCleanExit(TaskRecord& task) {
 
 void Master::HandleTaskFailure(TaskRecord& task, const std::string& cause) {
   using Action = PolicyDecision::Action;
+  task.cause = cause;
   ReleaseShards(task, absl::StrCat(task.Key(), " ", cause));
   if (task.restart_pending || phase_ == JobPhase::kStopping || IsTerminal(phase_)) {
     Transition(task, TaskState::kFailed, cause);
@@ -1445,6 +1446,19 @@ void Master::BeginStopping(JobPhase outcome, const std::string& reason) {
   pending_outcome_ = Outcome{outcome, reason};
   Journal({{"type", "outcome_decided"}, {"outcome", JobPhaseName(outcome)}, {"reason", reason}});
   SetPhase(JobPhase::kStopping, reason);
+  // Restarts that were scheduled will not happen: say so instead of promising them.
+  for (auto& t : state_.tasks()) {
+    if (!t.restart_pending || !IsTerminal(t.state)) continue;
+    t.restart_pending = false;
+    if (t.state == TaskState::kSucceeded) {
+      t.reason.clear();
+    } else if (t.state == TaskState::kKilled) {
+      t.reason = absl::StrCat(t.reason, "; not restarted: the job ended");
+    } else {
+      t.reason = absl::StrCat(t.cause.empty() ? DescribeExit(t.exit_code, t.signal) : t.cause,
+                              "; not restarted: the job ended");
+    }
+  }
   std::string stop_reason = outcome == JobPhase::kSucceeded
                                 ? "stopped: the job succeeded"
                                 : (outcome == JobPhase::kKilled ? "stopped: " + reason
@@ -1588,7 +1602,8 @@ void Master::PublishStatus() {
     ts->mutable_task()->set_role(t.role);
     ts->mutable_task()->set_index(t.index);
     // A finished task that will be started again shows as pending: "failed" would read as final.
-    ts->set_state(t.restart_pending && IsTerminal(t.state) && t.in_world
+    ts->set_state(t.restart_pending && IsTerminal(t.state) && t.in_world &&
+                          phase_ != JobPhase::kStopping && !IsTerminal(phase_)
                       ? v1::TASK_STATE_PENDING
                       : ToProto(t.state));
     ts->set_node(t.node);

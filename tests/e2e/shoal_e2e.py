@@ -195,3 +195,51 @@ def wait_for_job(jobs_dir, name=None, timeout=30):
         assert len(dirs) <= 1, f"more than one job named {name!r}: {dirs}"
         return dirs[0] if dirs else None
     return wait_until(find, timeout, f"job {name or ''} to start under {jobs_dir}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault-tolerance helpers: the training SDK, killing a task of a job, reading the journal
+
+SDK_PYTHON_DIR = REPO_ROOT / "sdk" / "python"
+EXAMPLE_DIR = REPO_ROOT / "examples" / "pytorch-ddp"
+
+
+def sdk_env(extra=None):
+    """Variables for `shoal run` so that its tasks (which inherit them) can `import shoal`."""
+    env = {"PYTHONPATH": os.pathsep.join(
+        p for p in (str(SDK_PYTHON_DIR), os.environ.get("PYTHONPATH", "")) if p)}
+    if extra:
+        env.update(extra)
+    return env
+
+
+def is_task_of(pid, job_id):
+    """True when `pid` is a live (non-zombie) process started for job `job_id`: guards a kill
+    against a pid that was reused."""
+    st = _stat(pid)
+    if st is None or st[0] == "Z":
+        return False
+    environ = _read(f"/proc/{pid}/environ") or b""
+    return f"SHOAL_JOB_ID={job_id}".encode() in environ.split(b"\0")
+
+
+def kill_task(pid, job_id, sig=signal.SIGKILL):
+    """Sends `sig` to one task process of the job; False when it is gone (or not the job's)."""
+    if not is_task_of(pid, job_id):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def events_of(events, *types):
+    return [e for e in events if e.get("type") in types]
+
+
+def event_seconds(event):
+    """The journal timestamp of an event in seconds since the epoch (ts_us when present)."""
+    if "ts_us" in event:
+        return event["ts_us"] / 1e6
+    return event["ts"] / 1e3
