@@ -4,6 +4,8 @@
 #include "shoal/sdk.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -113,7 +115,8 @@ TEST_F(SdkCheckpointTest, SaveNeverPrunesTheCheckpointJustWritten) {
 
 TEST_F(SdkCheckpointTest, SaveRemovesStaleTemporariesButNotFreshOnes) {
   fs::path stale = dir_ / ".tmp-ckpt-000000000001.pt.123.dead";
-  fs::path fresh = dir_ / ".tmp-ckpt-000000000009.pt.456.beef";
+  // A writer still at work: a live process (our parent) whose file is newer than our save.
+  fs::path fresh = dir_ / (".tmp-ckpt-000000000009.pt." + std::to_string(::getppid()) + ".beef");
   WriteAll(stale, "half");
   WriteAll(fresh, "in progress");
   auto now = fs::file_time_type::clock::now();
@@ -121,6 +124,19 @@ TEST_F(SdkCheckpointTest, SaveRemovesStaleTemporariesButNotFreshOnes) {
   fs::last_write_time(fresh, now + std::chrono::hours(1));  // a writer still at work
   ASSERT_TRUE(SaveCheckpoint(dir_.string(), 2, "two", 3));
   EXPECT_EQ(Names(dir_), (std::set<std::string>{fresh.filename(), "ckpt-000000000002.pt"}));
+}
+
+TEST_F(SdkCheckpointTest, SaveRemovesTheTemporaryOfADeadWriterEvenWithACurrentTimestamp) {
+  // File times tick coarsely: a writer killed a moment ago can share the new save's mtime.
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  fs::path leftover = dir_ / (".tmp-ckpt-000000000007.pt." + std::to_string(dead) + ".dead");
+  WriteAll(leftover, "half");
+  fs::last_write_time(leftover, fs::file_time_type::clock::now() + std::chrono::hours(1));
+  ASSERT_TRUE(SaveCheckpoint(dir_.string(), 8, "eight", 3));
+  EXPECT_EQ(Names(dir_), (std::set<std::string>{"ckpt-000000000008.pt"}));
 }
 
 TEST_F(SdkCheckpointTest, LoadLatestReturnsNulloptWithoutCheckpoints) {

@@ -86,12 +86,25 @@ def test_save_removes_stale_temporaries_but_not_fresh_ones(tmp_path):
     stale.write_bytes(b"half")
     old = time.time() - 3600
     os.utime(stale, (old, old))
-    fresh = tmp_path / ".tmp-ckpt-000000000009.pt.456.beef"
+    # A writer still at work (a live process), written after ours started.
+    fresh = tmp_path / f".tmp-ckpt-000000000009.pt.{os.getppid()}.beef"
     fresh.write_bytes(b"in progress")
-    future = time.time() + 3600  # a writer still at work, written after ours started
+    future = time.time() + 3600
     os.utime(fresh, (future, future))
     Checkpointer(tmp_path, serializer="pickle").save(2, 2)
     assert files(tmp_path) == [fresh.name, "ckpt-000000000002.pt"]
+
+
+def test_save_removes_the_temporary_of_a_dead_writer_even_with_a_current_timestamp(tmp_path):
+    # File times tick coarsely: a writer killed a moment ago can share the new save's mtime.
+    dead = subprocess.Popen(["/bin/true"])
+    dead.wait()
+    leftover = tmp_path / f".tmp-ckpt-000000000007.pt.{dead.pid}.dead"
+    leftover.write_bytes(b"half")
+    future = time.time() + 3600
+    os.utime(leftover, (future, future))
+    Checkpointer(tmp_path, serializer="pickle").save(8, 8)
+    assert files(tmp_path) == ["ckpt-000000000008.pt"]
 
 
 def test_load_latest_returns_zero_none_when_there_is_no_checkpoint(tmp_path):

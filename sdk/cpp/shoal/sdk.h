@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -191,6 +192,32 @@ inline bool Older(const struct timespec& a, const struct timespec& b) {
   return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
 }
 
+// `.tmp-<name>.<pid>.<random>` names a pid with no live process on this machine: its writer
+// died (file times tick coarsely, so a writer killed a moment ago can share our timestamp).
+inline bool WriterIsGone(const std::string& temp_name) {
+  size_t last = temp_name.rfind('.');
+  if (last == std::string::npos || last == 0) return false;
+  size_t before = temp_name.rfind('.', last - 1);
+  if (before == std::string::npos) return false;
+  std::string pid_text = temp_name.substr(before + 1, last - before - 1);
+  if (pid_text.empty() ||
+      !std::all_of(pid_text.begin(), pid_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+  if (pid <= 0 || pid == static_cast<long>(::getpid())) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
+  std::string stat_path = "/proc/" + pid_text + "/stat";
+  FILE* f = std::fopen(stat_path.c_str(), "r");
+  if (f == nullptr) return true;
+  char buf[512];
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* paren = std::strrchr(buf, ')');
+  return paren != nullptr && paren[1] == ' ' && paren[2] == 'Z';  // a zombie is gone too
+}
+
 inline double TestWriteDelaySeconds() {
   const char* value = std::getenv(kTestWriteDelayEnv);
   if (!value || !*value) return 0;
@@ -326,7 +353,8 @@ inline SaveResult SaveCheckpoint(const std::string& dir, uint64_t step, std::str
   for (const std::string& temp : entries.temporaries) {
     std::string path = dir + "/" + temp;
     struct stat temp_st;
-    if (::lstat(path.c_str(), &temp_st) == 0 && internal::Older(temp_st.st_mtim, started)) {
+    if (::lstat(path.c_str(), &temp_st) == 0 &&
+        (internal::Older(temp_st.st_mtim, started) || internal::WriterIsGone(temp))) {
       ::unlink(path.c_str());
     }
   }

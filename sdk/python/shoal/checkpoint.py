@@ -171,8 +171,10 @@ class LocalDirStorage(CheckpointStorage):
         return final
 
     def _remove_stale_temporaries(self, older_than_ns):
-        """Removes `.tmp-*` files last written before `older_than_ns`: leftovers of writers
-        that died mid-write. Newer ones may belong to a writer still at work."""
+        """Removes leftovers of writers that died mid-write: `.tmp-*` files last written before
+        `older_than_ns`, or named after a process of this machine that no longer exists (file
+        times tick coarsely, so a writer killed a moment ago can share our timestamp). Others
+        may belong to a writer still at work."""
         try:
             entries = list(os.scandir(self.directory))
         except OSError:
@@ -181,7 +183,8 @@ class LocalDirStorage(CheckpointStorage):
             if not entry.name.startswith(TEMP_PREFIX):
                 continue
             try:
-                if entry.stat(follow_symlinks=False).st_mtime_ns < older_than_ns:
+                if (entry.stat(follow_symlinks=False).st_mtime_ns < older_than_ns
+                        or _writer_is_gone(entry.name)):
                     os.unlink(entry.path)
             except OSError:
                 pass
@@ -195,6 +198,28 @@ class LocalDirStorage(CheckpointStorage):
             os.unlink(self._path(name))
         except FileNotFoundError:
             pass
+
+
+def _writer_is_gone(temp_name: str) -> bool:
+    """True when `.tmp-<name>.<pid>.<random>` names a pid with no process on this machine."""
+    parts = temp_name.rsplit(".", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    # A zombie (killed, not yet reaped by its parent) is gone too.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
 
 
 # ------------------------------------------------------------------------------------------
