@@ -69,6 +69,19 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   return absl::OkStatus();
 }
 
+absl::Status ReplaceFile(const std::string& path, std::string_view contents, int mode) {
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("create ", tmp), errno);
+  absl::Status st = WriteAll(fd, contents, tmp);
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = ErrnoStatus(absl::StrCat("rename ", tmp, " to ", path), errno);
+  }
+  if (!st.ok()) ::unlink(tmp.c_str());
+  return st;
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(absl::StrCat("open ", path), errno ? errno : ENOENT);

@@ -12,6 +12,10 @@ namespace shoal {
 // torn one, even across a crash: write a temporary sibling, fsync it, rename, fsync the directory.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
                                  int mode = 0644);
+// The same without the fsyncs: readers never see a torn file, but a machine crash may lose
+// the update. For state that does not outlive the machine's processes (pids, live holds),
+// where two fsyncs would cost more than the whole operation.
+absl::Status ReplaceFile(const std::string& path, std::string_view contents, int mode = 0644);
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -186,8 +186,27 @@ uint64_t Master::AgentConnected(std::shared_ptr<AgentConnection> connection) {
 void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_id,
                                   const v1::AgentMessage& message) {
   connection->Touch(options_.clock->Now());
-  // A heartbeat only wakes the loop when it carries new SDK progress.
-  if (message.kind_case() == v1::AgentMessage::kHeartbeat && message.heartbeat().tasks().empty()) {
+  // Heartbeats never wake the loop one by one: the SDK steps they carry are gathered here and
+  // applied in one batch every kProgressDrainInterval (a 10,000-task job reports 10,000 steps a
+  // second; only the latest of each matters).
+  if (message.kind_case() == v1::AgentMessage::kHeartbeat) {
+    if (message.heartbeat().tasks().empty()) return;
+    bool schedule = false;
+    {
+      std::lock_guard<std::mutex> lock(progress_mu_);
+      for (const auto& p : message.heartbeat().tasks()) {
+        // Updated in place: after a task's first report this allocates nothing.
+        auto key = std::make_pair(p.task().role(), p.task().index());
+        auto it = pending_progress_.find(key);
+        if (it == pending_progress_.end()) it = pending_progress_.emplace(std::move(key), PendingStep{}).first;
+        it->second.attempt = p.task().attempt();
+        it->second.step = p.step();
+        it->second.fresh = true;
+      }
+      schedule = !progress_drain_scheduled_;
+      progress_drain_scheduled_ = true;
+    }
+    if (schedule) loop_.PostAfter(kProgressDrainInterval, [this] { DrainProgress(); });
     return;
   }
   loop_.Post([this, session_id, message] {
@@ -199,7 +218,6 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
         OnRegister(session, message);
         break;
       case v1::AgentMessage::kHeartbeat:
-        OnProgress(message);
         break;
       case v1::AgentMessage::kStalled:
         OnTaskStalled(message);
@@ -746,12 +764,26 @@ void Master::CheckHeartbeats() {
 
 // ---------------------------------------------------------------- failure handling
 
-void Master::OnProgress(const v1::AgentMessage& message) {
-  for (const auto& p : message.heartbeat().tasks()) {
-    TaskRecord* rec = state_.Find(p.task().role(), p.task().index());
-    if (rec == nullptr || rec->attempt != p.task().attempt()) continue;
-    rec->step = p.step();
-    status_dirty_ = true;
+void Master::DrainProgress() {
+  std::vector<std::tuple<const std::pair<std::string, uint32_t>*, uint32_t, uint64_t>> batch;
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    progress_drain_scheduled_ = false;
+    for (auto& [key, entry] : pending_progress_) {
+      if (!entry.fresh) continue;
+      entry.fresh = false;
+      // Map nodes are never erased, so the key stays valid after the lock is released.
+      batch.emplace_back(&key, entry.attempt, entry.step);
+    }
+  }
+  for (const auto& [key, attempt, step] : batch) {
+    TaskRecord* rec = state_.Find(key->first, key->second);
+    if (rec == nullptr || rec->attempt != attempt) continue;
+    if (rec->step == step) continue;
+    rec->step = step;
+    // Steps change every second in every task of a large job: they refresh the status at a
+    // slow pace of their own (AfterBatch), not as a state change would.
+    progress_dirty_ = true;
     if (shards_) shards_->Progress(rec->Key(), options_.clock->Now());
   }
 }
@@ -1572,14 +1604,23 @@ void Master::Commit() {
 void Master::AfterBatch() {
   Commit();
   logs_->Flush();
+  auto progress_now = options_.clock->Now();
+  if (!status_dirty_ && progress_dirty_ &&
+      progress_now - last_publish_ >= kProgressPublishInterval) {
+    progress_dirty_ = false;
+    last_publish_ = progress_now;
+    PublishStatus(/*write_file=*/false);
+    return;
+  }
   if (!status_dirty_) return;
   // A large job changes thousands of task states in a burst: publish the whole status at most
   // every kStatusPublishInterval (the end of the job is always published at once).
   auto now = options_.clock->Now();
   if (IsTerminal(phase_) || now - last_publish_ >= kStatusPublishInterval) {
     status_dirty_ = false;
+    progress_dirty_ = false;
     last_publish_ = now;
-    PublishStatus();
+    PublishStatus(/*write_file=*/true);
   } else if (!publish_pending_) {
     publish_pending_ = true;
     loop_.PostAfter(kStatusPublishInterval, [this] {
@@ -1589,7 +1630,7 @@ void Master::AfterBatch() {
   }
 }
 
-void Master::PublishStatus() {
+void Master::PublishStatus(bool write_file) {
   v1::JobStatus status;
   status.set_job_id(options_.job_id);
   status.set_name(options_.spec.name);
@@ -1647,6 +1688,7 @@ void Master::PublishStatus() {
     }
     watchers_.swap(alive);
   }
+  if (!write_file) return;
   auto now = options_.clock->Now();
   if (IsTerminal(phase_) || now - last_status_write_ >= kStatusFileInterval) {
     last_status_write_ = now;

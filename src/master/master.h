@@ -134,7 +134,8 @@ class Master {
   void OnLog(const v1::AgentMessage& message);
   void OnTaskStalled(const v1::AgentMessage& message);
   void OnSdkRequest(AgentSession& session, const v1::AgentMessage& message);
-  void OnProgress(const v1::AgentMessage& message);
+  // Applies the SDK steps heartbeats brought since the last drain.
+  void DrainProgress();
   void ArmLeaseTimer();
   void ReleaseShards(const TaskRecord& task, const std::string& why);
   void ReplySdk(AgentSession& session, uint64_t request_id, const nlohmann::json& reply);
@@ -175,7 +176,8 @@ class Master {
   // on a change the journal could lose.
   void Commit();
   void SendToAgent(AgentSession& session, const v1::MasterMessage& message);
-  void PublishStatus();
+  // write_file: also refresh status.json (state changes do; progress-only refreshes do not).
+  void PublishStatus(bool write_file = true);
   void WriteStatusFile();
   void PublishLogLines(const std::string& prefixed_lines);
   void EmitNotice(const std::string& notice);
@@ -219,6 +221,8 @@ class Master {
   static constexpr std::chrono::milliseconds kStatusPublishInterval{50};
   Clock::TimePoint last_publish_{};
   bool publish_pending_ = false;
+  bool progress_dirty_ = false;  // only SDK steps changed since the last publish
+  static constexpr std::chrono::milliseconds kProgressPublishInterval{1000};
   bool status_write_pending_ = false;
   bool rendezvous_done_ = false;
   // Failure handling (docs/fault-tolerance.md).
@@ -248,6 +252,16 @@ class Master {
   int64_t finished_unix_ms_ = 0;
 
   // Shared with gRPC threads.
+  static constexpr std::chrono::milliseconds kProgressDrainInterval{200};
+  struct PendingStep {
+    uint32_t attempt = 0;
+    uint64_t step = 0;
+    bool fresh = false;  // not applied yet
+  };
+  std::mutex progress_mu_;
+  // (role, index) -> the latest step heard; entries are never erased
+  std::map<std::pair<std::string, uint32_t>, PendingStep> pending_progress_;
+  bool progress_drain_scheduled_ = false;
   std::atomic<uint64_t> next_session_{1};
   mutable std::mutex mu_;
   std::condition_variable finished_cv_;

@@ -193,7 +193,7 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
     }
   }
   if (auto st = MakeDirs(options_.agent_work_dir); !st.ok()) return st;
-  if (auto st = WriteFileAtomically(AgentRecordPath(), record.dump()); !st.ok()) return st;
+  if (auto st = ReplaceFile(AgentRecordPath(), record.dump()); !st.ok()) return st;
   reservation_.agent_pid = pid;
   return ledger_.Put(reservation_);
 }

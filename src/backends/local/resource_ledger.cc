@@ -85,8 +85,9 @@ absl::Status ResourceLedger::Put(const Reservation& reservation) {
   if (auto st = MakeDirs(dir_); !st.ok()) return st;
   FileLock lock(dir_ + "/lock");
   if (!lock.ok()) return ErrnoStatus(absl::StrCat("lock ", dir_, "/lock"), errno);
-  return WriteFileAtomically(absl::StrCat(dir_, "/", reservation.job_id, ".json"),
-                             ToJson(reservation).dump());
+  // Holds live only as long as their processes: a machine crash loses nothing worth keeping.
+  return ReplaceFile(absl::StrCat(dir_, "/", reservation.job_id, ".json"),
+                     ToJson(reservation).dump());
 }
 
 absl::Status ResourceLedger::Remove(const std::string& job_id) {
