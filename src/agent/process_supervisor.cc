@@ -537,13 +537,15 @@ void ProcessSupervisor::HandleExit(Process& process) {
     owned = std::move(it->second);
     processes_.erase(it);
   }
-  if (cgroup && !cgroup->TryRemove()) {
-    // Members killed above are still dying; remove the directories once they are gone.
+  if (callbacks_.on_exit) callbacks_.on_exit(owned->key, *exit);
+  if (cgroup) {
+    // Removed after this batch of events (RetryBusyCgroups), not before the exit is reported:
+    // a cgroup v1 rmdir can wait for an RCU grace period, and a group restart stops many tasks
+    // at once, whose exits (and so the relaunch) would queue behind each other's rmdirs.
     TimePoint now = std::chrono::steady_clock::now();
     auto backoff = std::chrono::microseconds(500);
-    busy_cgroups_.push_back({std::move(cgroup), now + backoff, backoff, now + kBusyCgroupPatience});
+    busy_cgroups_.push_back({std::move(cgroup), now, backoff, now + kBusyCgroupPatience});
   }
-  if (callbacks_.on_exit) callbacks_.on_exit(owned->key, *exit);
 }
 
 void ProcessSupervisor::ReadOutput(Process& process, OutputStream stream, size_t budget) {
