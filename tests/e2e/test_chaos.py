@@ -40,8 +40,10 @@ def example_job(write_job, example_file, name, backoff, step_delay):
 def final_accuracy(stdout):
     values = [float(m.group(1)) for line in stdout.splitlines()
               if (m := re.fullmatch(r"worker:\d+ \| final_accuracy=([0-9.]+)", line))]
-    assert len(values) == 1, f"expected one final_accuracy line:\n{stdout[-4000:]}"
-    return values[0]
+    # More than one when a kill landed after rank 0 printed its result but before it exited:
+    # that is a failure like any other, and the re-formed group redoes the tail and prints again.
+    assert values, f"expected a final_accuracy line:\n{stdout[-4000:]}"
+    return values[-1]
 
 
 def run_baseline(run_shoal, job):
@@ -61,9 +63,10 @@ def group_formed(status, full_world):
 
 def kill_steps(rng, total_steps):
     """KILLS random global steps spread over the run: one in each of KILLS equal parts of
-    [8, total_steps - 30] (the end is kept clear so that the last kill lands before the job
-    finishes, even when re-forming the group took a while)."""
-    lo, hi = 8, total_steps - 30
+    [8, total_steps - 60] (the end is kept clear so that the last kill lands before the job
+    finishes, even when re-forming the group took a while and the status's step, refreshed
+    about once a second, lags the training)."""
+    lo, hi = 8, total_steps - 60
     part = (hi - lo) // KILLS
     return [rng.randint(lo + i * part, lo + (i + 1) * part - 1) for i in range(KILLS)]
 
