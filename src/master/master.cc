@@ -323,16 +323,7 @@ void Master::TryAdmit() {
   Journal({{"type", "admitted"}, {"backend", backend_->Name()}, {"nodes", nodes}});
   SetPhase(JobPhase::kStarting, "waiting for agents to register");
 
-  backends::AgentStartOptions start;
-  start.master_address = address_;
-  start.token = options_.token;
-  start.job_id = options_.job_id;
-  start.job_dir = options_.job_dir;
-  start.shoal_binary = options_.shoal_binary;
-  start.master_grace_ms = options_.agent_master_grace_ms;
-  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
-  for (const auto& p : placement_) start.ports_per_node[p.node]++;
-  for (const auto& g : grants_) start.ports_per_node.try_emplace(g.name, 0);
+  backends::AgentStartOptions start = AgentStartOptionsForJob();
   if (auto st = backend_->StartAgents(start); !st.ok()) {
     BeginStopping(JobPhase::kFailed, absl::StrCat("cannot start agents: ", st.message()));
     return;
@@ -348,6 +339,20 @@ void Master::TryAdmit() {
                                   options_.register_timeout.count() / 1000.0));
   });
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+backends::AgentStartOptions Master::AgentStartOptionsForJob() const {
+  backends::AgentStartOptions start;
+  start.master_address = address_;
+  start.token = options_.token;
+  start.job_id = options_.job_id;
+  start.job_dir = options_.job_dir;
+  start.shoal_binary = options_.shoal_binary;
+  start.master_grace_ms = options_.agent_master_grace_ms;
+  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+  for (const auto& p : placement_) start.ports_per_node[p.node]++;
+  for (const auto& g : grants_) start.ports_per_node.try_emplace(g.name, 0);
+  return start;
 }
 
 void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) {
@@ -406,10 +411,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     // A new agent for a lost place: the world is unchanged, so it gets the same cluster spec
     // and the tasks that were waiting for it.
     replacing_nodes_.erase(session.node);
-    v1::MasterMessage cluster;
-    cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
-    cluster.mutable_cluster()->set_generation(plan_.restart_count);
-    SendToAgent(session, cluster);
+    SendToAgent(session, ClusterSpecMessage());
     std::set<std::string> waiting;
     for (const auto& t : state_.tasks()) {
       if (t.node == session.node && t.state == TaskState::kPending && t.in_world) waiting.insert(t.role);
@@ -499,10 +501,15 @@ bool Master::BuildPlan(bool journal) {
   return true;
 }
 
-void Master::SendClusterSpec() {
+v1::MasterMessage Master::ClusterSpecMessage() const {
   v1::MasterMessage cluster;
   cluster.mutable_cluster()->set_json(frameworks::ClusterSpecJson(plan_));
   cluster.mutable_cluster()->set_generation(plan_.restart_count);
+  return cluster;
+}
+
+void Master::SendClusterSpec() {
+  v1::MasterMessage cluster = ClusterSpecMessage();
   for (auto& [id, s] : sessions_) {
     if (s.registered) SendToAgent(s, cluster);
   }
@@ -696,15 +703,7 @@ void Master::ReplacePlace(const std::string& node) {
     needed |= (t.node == node && (t.restart_pending || t.state == TaskState::kPending));
   }
   if (!needed) return;
-  backends::AgentStartOptions start;
-  start.master_address = address_;
-  start.token = options_.token;
-  start.job_id = options_.job_id;
-  start.job_dir = options_.job_dir;
-  start.shoal_binary = options_.shoal_binary;
-  start.master_grace_ms = options_.agent_master_grace_ms;
-  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
-  for (const auto& p : placement_) start.ports_per_node[p.node]++;
+  backends::AgentStartOptions start = AgentStartOptionsForJob();
   auto st = backend_->ReplacePlace(node, start);
   Journal({{"type", "place_replacing"}, {"node", node}, {"ok", st.ok()},
            {"reason", std::string(st.message())}});
@@ -1347,14 +1346,7 @@ void Master::Recover() {
   }
   placement_ = *placement;
   if (rendezvous_done_) BuildPlan(/*journal=*/false);
-  backends::AgentStartOptions start;
-  start.master_address = address_;
-  start.token = options_.token;
-  start.job_id = options_.job_id;
-  start.job_dir = options_.job_dir;
-  start.shoal_binary = options_.shoal_binary;
-  start.master_grace_ms = options_.agent_master_grace_ms;
-  start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+  backends::AgentStartOptions start = AgentStartOptionsForJob();
   auto st = backend_->Reattach(options_.job_id, grants_, start);
   for (const auto& g : grants_) awaiting_reattach_.insert(g.name);
   if (!st.ok()) {

@@ -157,6 +157,9 @@ class Master {
   // Assigns ranks to the tasks in the world and builds plan_ from them.
   bool BuildPlan(bool journal = true);
   void SendClusterSpec();
+  v1::MasterMessage ClusterSpecMessage() const;
+  // What the backend needs to start (or replace) this job's agents.
+  backends::AgentStartOptions AgentStartOptionsForJob() const;
   void StopTask(TaskRecord& task, std::chrono::milliseconds grace, const std::string& reason);
   void OnPlaceLost(const std::string& node, const std::string& why);
   // Asks the backend for a new agent on a lost place that tasks will restart on.
