@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
 
-# Build toolchain and libraries (C++), the demo's Python stack, and benchmark anchors.
+# Build toolchain and libraries (C++), the demo's Python stack, benchmark anchors, and
+# Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -15,6 +16,7 @@ packages=(
   libgtest-dev libgmock-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest
   openmpi-bin hyperfine procps iproute2
+  munge slurm-wlm
 )
 
 sudo_cmd=()

@@ -45,14 +45,18 @@ class MasterLink {
     context_->AddMetadata("authorization", "Bearer " + token_);
     stream_ = stub_->AgentSession(context_.get());
     open_ = stream_ != nullptr;
+    registered_ = false;
     return open_;
   }
 
   // Writes now or queues for the next stream.
   void Send(const v1::AgentMessage& message) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (open_ && stream_->Write(message)) return;
-    open_ = false;
+    // Nothing may overtake the registration: until it is written, messages queue.
+    if (open_ && registered_) {
+      if (stream_->Write(message)) return;
+      open_ = false;
+    }
     bool is_log = message.kind_case() == v1::AgentMessage::kLog;
     if (is_log && queued_log_bytes_ > kMaxQueuedLogBytes) return;
     if (message.kind_case() == v1::AgentMessage::kHeartbeat) return;
@@ -69,6 +73,7 @@ class MasterLink {
       queued_.pop_front();
     }
     queued_log_bytes_ = 0;
+    registered_ = true;
     return true;
   }
 
@@ -98,6 +103,7 @@ class MasterLink {
   std::string token_;
   std::mutex mu_;
   std::shared_ptr<grpc::Channel> channel_;
+  bool registered_ = false;  // the registration went out on the current stream
   std::unique_ptr<v1::Master::Stub> stub_;
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>> stream_;
@@ -293,6 +299,7 @@ bool Agent::Connect() {
   spec::InventoryOptions inv_options;
   inv_options.fake_gpus = options_.fake_gpus;
   spec::MachineInventory inv = spec::DetectLocalInventory(inv_options);
+  if (options_.bound_gpus) inv.gpus = *options_.bound_gpus;
   auto* i = r->mutable_inventory();
   i->set_hostname(inv.hostname);
   i->set_address(AddressTowards(options_.master_address));
@@ -349,7 +356,12 @@ int Agent::Run() {
   return exit_code;
 }
 
-void Agent::RequestStop() {
+void Agent::RequestStop(const std::string& why) {
+  if (!why.empty()) {
+    v1::AgentMessage leaving;
+    leaving.set_leaving(why);
+    link_->Send(leaving);
+  }
   stop_requested_ = true;
   shutting_down_ = true;
   link_->Close();

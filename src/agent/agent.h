@@ -37,6 +37,9 @@ struct AgentOptions {
   // this same machine (the local backend): the master writes those files already.
   bool keep_task_output = true;
   std::optional<uint32_t> fake_gpus;
+  // The GPUs a resource manager bound to this agent (Slurm's CUDA_VISIBLE_DEVICES for its
+  // task): reported instead of the machine's, so the tasks get exactly those.
+  std::optional<std::vector<std::string>> bound_gpus;
   std::chrono::milliseconds heartbeat_interval{1000};
   // How long the agent keeps its tasks alive without a master. Past it, it kills them all.
   std::chrono::milliseconds master_grace{10000};
@@ -55,7 +58,8 @@ class Agent {
   // the grace (1), or RequestStop was called (0). Every task is dead when it returns.
   int Run();
   // Thread-safe; used by the SIGTERM handler thread.
-  void RequestStop();
+  // `why` non-empty: told to the master first (the stop came from outside Shoal).
+  void RequestStop(const std::string& why = "");
 
  private:
   explicit Agent(AgentOptions options);

@@ -19,6 +19,14 @@ struct NodeGrant {
   uint64_t memory_bytes = 0;      // granted to this job
   std::vector<uint32_t> cores;    // cores this job may pin to exclusively; empty: no pinning
   std::vector<std::string> gpus;  // device ids granted to this job
+  // Set where the resource manager sized the place for one task (Slurm: one Slurm task per
+  // Shoal task): only that task ("role:index") may be placed here.
+  std::string for_task;
+  // The resource manager picks the devices when the agent starts (Slurm binds GPUs per task):
+  // the agent reports them when it registers and the task gets those; `gpus` is then empty and
+  // `gpu_count` says how many there will be.
+  bool gpus_from_agent = false;
+  uint32_t gpu_count = 0;
 };
 
 struct AgentStartOptions {
@@ -37,6 +45,20 @@ struct AgentStartOptions {
 class Backend {
  public:
   using PlaceLostCallback = std::function<void(const std::string& node, const std::string& why)>;
+
+  // What a resource manager tells about the whole allocation while the job runs.
+  struct AllocationEvent {
+    enum Kind {
+      kQueued,     // accepted but waiting for resources (reason: the manager's words)
+      kAllocated,  // the resources are held; agents are starting
+      kRefused,    // the manager will never run it as asked (reason: the manager's words)
+      kCancelled,  // ended from outside Shoal: scancel, a time limit, a node failure
+    };
+    Kind kind;
+    std::string reason;
+  };
+  using AllocationEventCallback = std::function<void(const AllocationEvent&)>;
+
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
 
@@ -48,6 +70,9 @@ class Backend {
   virtual absl::Status StartAgents(const AgentStartOptions& options) = 0;
   // Called (from any thread) when a place is lost: its agent died or the node went away.
   virtual void SetPlaceLostCallback(PlaceLostCallback callback) = 0;
+  // Called (from any thread) by backends whose allocation is granted after StartAgents, by an
+  // outside scheduler. Backends that hold everything from Acquire on never call it.
+  virtual void SetAllocationEventCallback(AllocationEventCallback callback) {}
   // The master gave up on this place (its agent went silent): kill its agent and every task
   // there now, without waiting. Non-blocking; the place-lost callback may follow.
   virtual void TerminatePlace(const std::string& node) = 0;

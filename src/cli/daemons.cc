@@ -11,8 +11,13 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "agent/agent.h"
 #include "backends/local/local_backend.h"
+#include "backends/slurm/slurm_backend.h"
+#include "backends/slurm/srun_command.h"
 #include "common/files.h"
 #include "master/master.h"
 #include "nlohmann/json.hpp"
@@ -75,19 +80,52 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     spdlog::error("invalid job file: {}", std::string(spec.status().message()));
     return 2;
   }
-  spec::InventoryOptions inv;
-  if (submit.contains("fake_gpus")) inv.fake_gpus = submit["fake_gpus"].get<uint32_t>();
-  backends::LocalBackendOptions local;
-  local.machine = spec::DetectLocalInventory(inv);
-  local.ledger_dir = submit.value("jobs_root", job_dir + "/..") + "/.ledger";
-  local.agent_work_dir = job_dir + "/agents/local";
-  local.fake_gpus = inv.fake_gpus;
+  std::unique_ptr<backends::Backend> backend;
+  std::string backend_name = submit.value("backend", "local");
+  std::string listen_host = submit.value("listen_host", "");
+  if (backend_name == "slurm") {
+    backends::SlurmBackendOptions slurm;
+    // Flags given to `shoal run` win over the job file's `slurm:` section.
+    const nlohmann::json flags = submit.value("slurm", nlohmann::json::object());
+    slurm.request.partition = flags.value("partition", spec->slurm.partition);
+    slurm.request.account = flags.value("account", spec->slurm.account);
+    slurm.request.constraint = flags.value("constraint", spec->slurm.constraint);
+    slurm.request.time_limit =
+        std::chrono::milliseconds(flags.value("time_limit_ms", spec->slurm.time_limit.count()));
+    slurm.state_dir = job_dir + "/agents/slurm";
+    slurm.agent_work_dir = "/tmp/shoal-agents/" + submit.value("job_id", std::string("job"));
+    if (listen_host.empty()) {
+      // Agents on the compute nodes must reach the master: listen where this machine talks
+      // to the Slurm controller (the token guards it; see docs/backends/slurm.md).
+      auto address = backends::SlurmBackend::AddressTowardsController();
+      if (!address.ok()) {
+        spdlog::error("{}; give the address agents can reach this machine at with --listen",
+                      std::string(address.status().message()));
+        return 2;
+      }
+      listen_host = *address;
+    }
+    backend = std::make_unique<backends::SlurmBackend>(std::move(slurm));
+  } else if (backend_name == "local") {
+    spec::InventoryOptions inv;
+    if (submit.contains("fake_gpus")) inv.fake_gpus = submit["fake_gpus"].get<uint32_t>();
+    backends::LocalBackendOptions local;
+    local.machine = spec::DetectLocalInventory(inv);
+    local.ledger_dir = submit.value("jobs_root", job_dir + "/..") + "/.ledger";
+    local.agent_work_dir = job_dir + "/agents/local";
+    local.fake_gpus = inv.fake_gpus;
+    backend = std::make_unique<backends::LocalBackend>(local);
+  } else {
+    spdlog::error("{}/submit.json names an unknown backend '{}'", job_dir, backend_name);
+    return 2;
+  }
+  if (listen_host.empty()) listen_host = "127.0.0.1";
 
   master::MasterOptions options;
   options.job_id = submit.value("job_id", "");
   options.job_dir = job_dir;
   options.spec = *spec;
-  options.listen_host = submit.value("listen_host", "127.0.0.1");
+  options.listen_host = listen_host;
   options.token = std::string(absl::StripAsciiWhitespace(*token));
   options.shoal_binary = shoal_binary;
   options.recover = recover;
@@ -100,8 +138,7 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
   if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
     options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
   }
-  auto master = master::Master::Create(std::move(options),
-                                       std::make_unique<backends::LocalBackend>(local));
+  auto master = master::Master::Create(std::move(options), std::move(backend));
   if (!master.ok()) {
     spdlog::error("cannot create the master: {}", master.status().ToString());
     return 1;
@@ -120,6 +157,21 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
   return code;
 }
 
+namespace {
+
+// The GPUs Slurm bound to this task. Empty when the task asked for none.
+std::vector<std::string> SlurmBoundGpus() {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> gpus;
+  if (visible == nullptr) return gpus;
+  for (absl::string_view id : absl::StrSplit(visible, ',', absl::SkipWhitespace())) {
+    gpus.emplace_back(id);
+  }
+  return gpus;
+}
+
+}  // namespace
+
 int RunAgentDaemon(const AgentFlags& flags) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l agent: %v");
   agent::AgentOptions options;
@@ -128,6 +180,24 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.token = token ? token : "";
   options.node_name = flags.node;
   options.work_dir = flags.work_dir.empty() ? "/tmp/shoal-agent-" + flags.node : flags.work_dir;
+  if (!flags.slurm_place.empty()) {
+    const char* procid = std::getenv("SLURM_PROCID");
+    uint32_t rank = 0;
+    if (procid == nullptr || !absl::SimpleAtoi(procid, &rank)) {
+      spdlog::error("--slurm-place needs SLURM_PROCID (run the agent through srun); got '{}'",
+                    procid ? procid : "");
+      return 2;
+    }
+    auto place = backends::SlurmPlaceOf(flags.slurm_place, rank);
+    if (!place.ok()) {
+      spdlog::error("{}", std::string(place.status().message()));
+      return 2;
+    }
+    options.node_name = *place;
+    // Several of the job's agents may share this machine: each keeps its files apart.
+    options.work_dir = absl::StrCat(options.work_dir, "/", *place);
+    options.bound_gpus = SlurmBoundGpus();
+  }
   options.ports = flags.ports;
   options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;
@@ -143,7 +213,9 @@ int RunAgentDaemon(const AgentFlags& flags) {
     spdlog::error("cannot start the agent: {}", std::string(agent.status().message()));
     return 2;
   }
-  SignalWatcher signals([&](int sig) { (*agent)->RequestStop(); });
+  SignalWatcher signals([&](int sig) {
+    (*agent)->RequestStop(absl::StrCat("the agent received SIG", sigabbrev_np(sig)));
+  });
   return (*agent)->Run();
 }
 

@@ -18,6 +18,9 @@ struct AgentFlags {
   uint32_t heartbeat_interval_ms = 0;
   bool keep_task_output = true;
   std::optional<uint32_t> fake_gpus;
+  // Started by srun for one Slurm task: the job's place map ("chief:0,worker:1") and
+  // SLURM_PROCID name its place; the GPUs Slurm bound to the task are the agent's.
+  std::string slurm_place;
 };
 // `shoal agent ...`: one node's agent, started by a backend.
 int RunAgentDaemon(const AgentFlags& flags);

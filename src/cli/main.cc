@@ -42,8 +42,24 @@ int main(int argc, char** argv) {
   auto* fake_opt = run_cmd->add_option(
       "--fake-gpus", fake_gpus,
       "Declare N GPUs on this machine instead of discovering them (for testing assignment)");
-  run_cmd->add_option("--listen", run.listen_host,
-                      "Address the job's master listens on (default 127.0.0.1)");
+  std::string partition, account, constraint, time_limit;
+  // `submit` is `run --detach`: the same flags, the job id printed once it started.
+  auto* submit_cmd = app.add_subcommand("submit", "Start a job and print its id (run --detach)");
+  for (CLI::App* cmd : {run_cmd, submit_cmd}) {
+    if (cmd == submit_cmd) {
+      cmd->add_option("job_file", run.job_file, "The job's YAML file")->required();
+      cmd->add_flag("-q,--quiet", run.quiet, "No progress messages");
+    }
+    cmd->add_option("--listen", run.listen_host,
+                    "Address the job's master listens on (default 127.0.0.1; with --backend "
+                    "slurm, this machine's address towards the Slurm controller)");
+    cmd->add_option("--backend", run.backend, "Where the job runs: local (default) or slurm")
+        ->check(CLI::IsMember({"local", "slurm"}));
+    cmd->add_option("--partition", partition, "Slurm partition (slurm.partition)");
+    cmd->add_option("--account", account, "Slurm account (slurm.account)");
+    cmd->add_option("--constraint", constraint, "Slurm node features (slurm.constraint)");
+    cmd->add_option("--time-limit", time_limit, "Slurm time limit, e.g. 2h (slurm.time_limit)");
+  }
 
   std::string job, task;
   bool json = false, follow = false;
@@ -86,6 +102,8 @@ int main(int argc, char** argv) {
                         "Kill every task after the master is unreachable this long");
   agent_cmd->add_option("--heartbeat-interval-ms", agent.heartbeat_interval_ms,
                         "How often to heartbeat (0: the default, 1000)");
+  agent_cmd->add_option("--slurm-place", agent.slurm_place,
+                        "ROLE:RANK,...: serve the place of Slurm task SLURM_PROCID with the GPUs Slurm bound");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
   bool no_task_output = false;
   agent_cmd->add_flag("--no-task-output", no_task_output,
@@ -113,8 +131,19 @@ int main(int argc, char** argv) {
 
   std::string root = shoal::client::ResolveJobsRoot(jobs_dir);
   std::string self = SelfPath(argv[0]);
-  if (run_cmd->parsed()) {
+  if (run_cmd->parsed() || submit_cmd->parsed()) {
     run.jobs_root = root;
+    if (submit_cmd->parsed()) run.detach = true;
+    if (!partition.empty()) run.partition = partition;
+    if (!account.empty()) run.account = account;
+    if (!constraint.empty()) run.constraint = constraint;
+    if (!time_limit.empty()) run.time_limit = time_limit;
+    if (run.backend != "slurm" && (!partition.empty() || !account.empty() ||
+                                   !constraint.empty() || !time_limit.empty())) {
+      std::cerr << "shoal: --partition, --account, --constraint and --time-limit need "
+                   "--backend slurm\n";
+      return kExitUsage;
+    }
     run.shoal_binary = self;
     if (fake_opt->count() > 0) run.fake_gpus = fake_gpus;
     return shoal::client::RunJob(run);

@@ -17,8 +17,11 @@ struct RunOptions {
   bool detach = false;
   bool quiet = false;                // no live status line, only task output and the outcome
   std::optional<uint32_t> fake_gpus;
-  std::string listen_host = "127.0.0.1";
+  std::string listen_host;           // empty: the backend's default (local: 127.0.0.1)
   std::string shoal_binary;          // this executable, to start the master
+  std::string backend = "local";     // local | slurm
+  // Slurm flags; each overrides the job file's `slurm:` key of the same name when given.
+  std::optional<std::string> partition, account, constraint, time_limit;
 };
 
 // Validates, creates the job directory, starts the master and (unless detached) follows the

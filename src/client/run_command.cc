@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
@@ -153,11 +154,42 @@ int RunJob(const RunOptions& options) {
     std::cerr << "shoal: invalid job file:\n" << spec.status().message() << "\n";
     return kExitUsage;
   }
-  spec::InventoryOptions inv_options;
-  inv_options.fake_gpus = options.fake_gpus;
-  spec::MachineInventory machine = spec::DetectLocalInventory(inv_options);
-  if (auto st = spec::CheckFitsMachine(*spec, machine); !st.ok()) {
-    std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
+  nlohmann::json slurm = nlohmann::json::object();
+  if (options.backend == "local") {
+    spec::InventoryOptions inv_options;
+    inv_options.fake_gpus = options.fake_gpus;
+    spec::MachineInventory machine = spec::DetectLocalInventory(inv_options);
+    if (auto st = spec::CheckFitsMachine(*spec, machine); !st.ok()) {
+      std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
+      return kExitUsage;
+    }
+  } else if (options.backend == "slurm") {
+    // Checked here, before anything exists, with the job file's own rules.
+    std::string flags;
+    if (options.partition) flags += "  partition: \"" + *options.partition + "\"\n";
+    if (options.account) flags += "  account: \"" + *options.account + "\"\n";
+    if (options.constraint) flags += "  constraint: \"" + *options.constraint + "\"\n";
+    if (options.time_limit) flags += "  time_limit: \"" + *options.time_limit + "\"\n";
+    if (!flags.empty()) {
+      auto checked = spec::ParseJobSpec("slurm:\n" + flags + "roles:\n  r: {command: [x]}\n",
+                                        "command line", ".");
+      if (!checked.ok()) {
+        std::string msg(checked.status().message());
+        absl::StrReplaceAll({{"command line:2: ", ""}, {"command line:3: ", ""},
+                             {"command line:4: ", ""}, {"command line:5: ", ""},
+                             {"slurm.time_limit", "--time-limit"}, {"slurm.partition", "--partition"},
+                             {"slurm.account", "--account"}, {"slurm.constraint", "--constraint"}},
+                            &msg);
+        std::cerr << "shoal: invalid flag: " << msg << "\n";
+        return kExitUsage;
+      }
+      if (options.partition) slurm["partition"] = checked->slurm.partition;
+      if (options.account) slurm["account"] = checked->slurm.account;
+      if (options.constraint) slurm["constraint"] = checked->slurm.constraint;
+      if (options.time_limit) slurm["time_limit_ms"] = checked->slurm.time_limit.count();
+    }
+  } else {
+    std::cerr << "shoal: unknown backend '" << options.backend << "'; use local or slurm\n";
     return kExitUsage;
   }
   auto text = ReadFile(options.job_file);
@@ -174,8 +206,9 @@ int RunJob(const RunOptions& options) {
       {"base_dir", std::filesystem::absolute(options.job_file).parent_path().string()},
       {"jobs_root", options.jobs_root},
       {"listen_host", options.listen_host},
-      {"backend", "local"},
+      {"backend", options.backend},
   };
+  if (!slurm.empty()) submit["slurm"] = slurm;
   if (options.fake_gpus) submit["fake_gpus"] = *options.fake_gpus;
   absl::Status st = MakeDirs(job_dir);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", *text);

@@ -119,6 +119,9 @@ absl::Status Master::Start() {
   backend_->SetPlaceLostCallback([this](const std::string& node, const std::string& why) {
     loop_.Post([this, node, why] { OnPlaceLost(node, why); });
   });
+  backend_->SetAllocationEventCallback([this](const backends::Backend::AllocationEvent& event) {
+    loop_.Post([this, event] { OnAllocationEvent(event); });
+  });
   loop_.Start([this] { AfterBatch(); });
   if (options_.recover) {
     loop_.Post([this] { Recover(); });
@@ -234,10 +237,18 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
       case v1::AgentMessage::kLog:
         OnLog(message);
         break;
+      case v1::AgentMessage::kLeaving:
+        session.leaving = message.leaving();
+        Journal({{"type", "agent_leaving"}, {"node", session.node}, {"reason", session.leaving}});
+        break;
       case v1::AgentMessage::kNotice:
-        spdlog::warn("agent {}: {}", session.node, message.notice());
         Journal({{"type", "notice"}, {"node", session.node}, {"message", message.notice()}});
-        EmitNotice(absl::StrCat(session.node, ": ", message.notice()));
+        // Agents on alike machines say the same thing (one agent per task on Slurm): a user
+        // needs it once; the journal keeps every one.
+        if (notices_shown_.insert(message.notice()).second) {
+          spdlog::warn("agent {}: {}", session.node, message.notice());
+          EmitNotice(absl::StrCat(session.node, ": ", message.notice()));
+        }
         break;
       default:
         break;
@@ -250,14 +261,26 @@ void Master::AgentDisconnected(uint64_t session_id) {
     auto it = sessions_.find(session_id);
     if (it == sessions_.end()) return;
     std::string node = it->second.registered ? it->second.node : "";
+    std::string leaving = it->second.leaving;
     if (!node.empty()) node_sessions_.erase(node);
     sessions_.erase(it);
-    if (!node.empty() && !IsTerminal(phase_)) {
-      Journal({{"type", "agent_disconnected"}, {"node", node}});
+    if (node.empty() || IsTerminal(phase_)) return;
+    Journal({{"type", "agent_disconnected"}, {"node", node}});
+    auto lose = [this, node](const std::string& why) {
+      if (IsTerminal(phase_) || SessionForNode(node) != nullptr) return;
       // Whatever is left of that agent must not keep running tasks nobody watches.
       backend_->TerminatePlace(node);
-      FailTasksOnNode(node, absl::StrCat("lost: the agent on ", node, " disconnected"));
+      FailTasksOnNode(node, why);
+    };
+    if (leaving.empty() || phase_ == JobPhase::kStopping) {
+      lose(absl::StrCat("lost: the agent on ", node, " disconnected"));
+      return;
     }
+    // Stopped from outside: the resource manager usually says why (a cancelled allocation)
+    // a moment later, and that ends the job as cancelled rather than as a failure to handle.
+    loop_.PostAfter(options_.outside_stop_settle, [node, leaving, lose] {
+      lose(absl::StrCat("lost: the agent on ", node, " stopped: ", leaving));
+    });
   });
 }
 
@@ -318,7 +341,9 @@ void Master::TryAdmit() {
   nlohmann::json nodes = nlohmann::json::array();
   for (const auto& g : grants_) {
     nodes.push_back({{"name", g.name}, {"address", g.address}, {"cpus", g.cpus},
-                     {"memory_bytes", g.memory_bytes}, {"cores", g.cores}, {"gpus", g.gpus}});
+                     {"memory_bytes", g.memory_bytes}, {"cores", g.cores}, {"gpus", g.gpus},
+                     {"for_task", g.for_task}, {"gpus_from_agent", g.gpus_from_agent},
+                     {"gpu_count", g.gpu_count}});
   }
   Journal({{"type", "admitted"}, {"backend", backend_->Name()}, {"nodes", nodes}});
   SetPhase(JobPhase::kStarting, "waiting for agents to register");
@@ -328,6 +353,12 @@ void Master::TryAdmit() {
     BeginStopping(JobPhase::kFailed, absl::StrCat("cannot start agents: ", st.message()));
     return;
   }
+  ArmRegisterTimer();
+  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+void Master::ArmRegisterTimer() {
+  loop_.CancelTimer(register_timer_);
   register_timer_ = loop_.PostAfter(options_.register_timeout, [this] {
     if (rendezvous_done_ || IsTerminal(phase_) || phase_ == JobPhase::kStopping) return;
     std::string missing;
@@ -338,7 +369,37 @@ void Master::TryAdmit() {
                   absl::StrFormat("agents on %s did not register within %.1fs", missing,
                                   options_.register_timeout.count() / 1000.0));
   });
-  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
+}
+
+void Master::OnAllocationEvent(const backends::Backend::AllocationEvent& event) {
+  using Kind = backends::Backend::AllocationEvent::Kind;
+  if (IsTerminal(phase_) || phase_ == JobPhase::kStopping) return;
+  switch (event.kind) {
+    case Kind::kQueued:
+      // The scheduler holds the job back: no agent can register until it runs, however long
+      // that takes, so the registration deadline waits too.
+      if (rendezvous_done_) return;
+      loop_.CancelTimer(register_timer_);
+      Journal({{"type", "queued"}, {"reason", event.reason}});
+      SetPhase(JobPhase::kQueued, event.reason);
+      break;
+    case Kind::kAllocated:
+      if (rendezvous_done_ || phase_ != JobPhase::kQueued) return;
+      Journal({{"type", "allocated"}, {"backend", backend_->Name()}});
+      SetPhase(JobPhase::kStarting, "waiting for agents to register");
+      ArmRegisterTimer();
+      break;
+    case Kind::kRefused: {
+      std::string why = absl::StrCat("cannot be admitted: ", event.reason);
+      Journal({{"type", "admission_refused"}, {"reason", why}});
+      BeginStopping(JobPhase::kFailed, why);
+      break;
+    }
+    case Kind::kCancelled:
+      Journal({{"type", "cancelled_outside"}, {"reason", event.reason}});
+      BeginStopping(JobPhase::kKilled, event.reason);
+      break;
+  }
 }
 
 backends::AgentStartOptions Master::AgentStartOptionsForJob() const {
@@ -390,18 +451,31 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
+  if (const backends::NodeGrant* g = GrantFor(req.node_name());
+      g != nullptr && g->gpus_from_agent &&
+      static_cast<uint32_t>(req.inventory().gpus_size()) < g->gpu_count) {
+    refuse(absl::StrCat("node '", req.node_name(), "' was granted ", g->gpu_count,
+                        " GPUs but its agent sees ", req.inventory().gpus_size()));
+    BeginStopping(JobPhase::kFailed,
+                  absl::StrCat("the agent for ", req.node_name(), " sees ",
+                               req.inventory().gpus_size(), " GPUs; the job needs ", g->gpu_count,
+                               " there"));
+    return;
+  }
   session.registered = true;
   session.node = req.node_name();
   node_sessions_[session.node] = session.id;
   session.free_ports.assign(req.free_ports().begin(), req.free_ports().end());
   session.address = req.inventory().address();
   node_addresses_[session.node] = session.address;
+  node_gpus_[session.node].assign(req.inventory().gpus().begin(), req.inventory().gpus().end());
   r->set_accepted(true);
   SendToAgent(session, reply);
   Journal({{"type", "agent_registered"},
            {"node", session.node},
            {"hostname", req.inventory().hostname()},
            {"address", session.address},
+           {"gpus", node_gpus_[session.node]},
            {"ports", session.free_ports.size()}});
   if (reattaching) {
     ReconcileNode(session.node, message);
@@ -423,6 +497,13 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     return;
   }
   if (node_sessions_.size() == grants_.size()) CompleteRendezvous();
+}
+
+const backends::NodeGrant* Master::GrantFor(const std::string& node) const {
+  for (const auto& g : grants_) {
+    if (g.name == node) return &g;
+  }
+  return nullptr;
 }
 
 void Master::CompleteRendezvous() {
@@ -455,13 +536,20 @@ bool Master::BuildPlan(bool journal) {
   plan_.checkpoint_dir = options_.spec.checkpoint.dir.empty()
                              ? options_.job_dir + "/checkpoints"
                              : options_.spec.checkpoint.dir;
-  plan_.num_nodes = static_cast<uint32_t>(grants_.size());
+  // Local ranks and node ranks count machines, not places: a backend may put several places
+  // (one per task, on Slurm) on one machine, and tasks there share its devices and memory.
+  // A place's machine is the address its agent reported; before that, the place itself.
+  auto host_of = [&](const std::string& place) {
+    auto it = node_addresses_.find(place);
+    return it == node_addresses_.end() || it->second.empty() ? place : it->second;
+  };
   std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, role_count, role_next;
-  for (size_t i = 0; i < grants_.size(); ++i) node_rank[grants_[i].name] = static_cast<uint32_t>(i);
+  for (const auto& g : grants_) node_rank.try_emplace(host_of(g.name), node_rank.size());
+  plan_.num_nodes = static_cast<uint32_t>(node_rank.size());
   for (size_t i = 0; i < placement_.size(); ++i) {
     const TaskRecord& rec = state_.tasks()[i];
     if (!rec.in_world) continue;
-    per_node_count[placement_[i].node]++;
+    per_node_count[host_of(placement_[i].node)]++;
     role_count[rec.role]++;
   }
   uint32_t rank = 0;
@@ -477,13 +565,21 @@ bool Master::BuildPlan(bool journal) {
     t.node = p.node;
     t.address = node_addresses_[p.node];
     t.port = slot_ports_[rec.Key()];
-    t.node_rank = node_rank[p.node];
-    t.local_rank = per_node_next[p.node]++;
-    t.local_world_size = per_node_count[p.node];
+    std::string host = host_of(p.node);
+    t.node_rank = node_rank[host];
+    t.local_rank = per_node_next[host]++;
+    t.local_world_size = per_node_count[host];
     t.role_rank = role_next[p.role]++;
     t.role_world_size = role_count[p.role];
     t.cpu_affinity = p.cores;
     t.gpus = p.gpus;
+    if (const backends::NodeGrant* g = GrantFor(p.node); g != nullptr && g->gpus_from_agent) {
+      // The devices the resource manager bound to this place's agent.
+      const std::vector<std::string>& have = node_gpus_[p.node];
+      const spec::Role* role = options_.spec.FindRole(p.role);
+      uint32_t want = role ? role->resources.gpus : 0;
+      t.gpus.assign(have.begin(), have.begin() + std::min<size_t>(want, have.size()));
+    }
     t.attempt = rec.attempt;
     rec.node = p.node;
     plan_.tasks.push_back(std::move(t));
@@ -1222,11 +1318,15 @@ absl::Status Master::Replay(const std::vector<nlohmann::json>& records) {
         g.memory_bytes = n.value("memory_bytes", uint64_t{0});
         g.cores = n.value("cores", std::vector<uint32_t>{});
         g.gpus = n.value("gpus", std::vector<std::string>{});
+        g.for_task = n.value("for_task", "");
+        g.gpus_from_agent = n.value("gpus_from_agent", false);
+        g.gpu_count = n.value("gpu_count", 0u);
         grants_.push_back(g);
         granted_nodes_.insert(g.name);
       }
     } else if (type == "agent_registered") {
       node_addresses_[r.value("node", "")] = r.value("address", "");
+      node_gpus_[r.value("node", "")] = r.value("gpus", std::vector<std::string>{});
     } else if (type == "rendezvous") {
       rendezvous_done_ = true;
       generation_ = r.value("generation", 0u);

@@ -54,6 +54,9 @@ struct MasterOptions {
   std::chrono::milliseconds register_timeout{30000};
   std::chrono::milliseconds stop_grace{3000};
   std::chrono::milliseconds admission_retry{1000};
+  // How long an agent stopped from outside Shoal (it said so before leaving) is given for the
+  // backend to report why, before its tasks count as failed.
+  std::chrono::milliseconds outside_stop_settle{2000};
   uint32_t agent_master_grace_ms = 10000;
   // Take over a job whose previous master died: rebuild its state from events.jsonl, listen on
   // the address it listened on, and re-attach to the agents and tasks still running.
@@ -116,6 +119,7 @@ class Master {
     bool registered = false;
     std::vector<uint32_t> free_ports;
     std::string address;
+    std::string leaving;  // why the agent said it is stopping, if it did
   };
   Master(MasterOptions options, std::unique_ptr<backends::Backend> backend);
 
@@ -128,6 +132,9 @@ class Master {
   void ReconcileNode(const std::string& node, const v1::AgentMessage& registration);
   void OnRegister(AgentSession& session, const v1::AgentMessage& message);
   void CompleteRendezvous();
+  void ArmRegisterTimer();
+  void OnAllocationEvent(const backends::Backend::AllocationEvent& event);
+  const backends::NodeGrant* GrantFor(const std::string& node) const;
   void LaunchReadyRoles();
   void OnTaskStarted(const v1::AgentMessage& message);
   void OnTaskExited(const v1::AgentMessage& message);
@@ -206,6 +213,8 @@ class Master {
   std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
   std::set<std::string> granted_nodes_;
   std::map<std::string, std::string> node_addresses_;  // node -> address its agent reported
+  std::map<std::string, std::vector<std::string>> node_gpus_;
+  std::set<std::string> notices_shown_;  // agent notices already shown to clients  // node -> GPUs its agent sees
   std::set<std::string> awaiting_reattach_;
   std::set<std::string> replacing_nodes_;  // lost places whose new agent has not registered
   std::map<std::string, uint32_t> place_replacements_;  // recovery: nodes whose agent has not come back

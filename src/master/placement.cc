@@ -25,14 +25,19 @@ absl::StatusOr<std::vector<PlacedTask>> PlaceTasks(const spec::JobSpec& job,
     for (size_t n = 0; n < nodes.size() && !done; ++n) {
       const auto& node = nodes[n];
       Free& f = free[n];
+      size_t gpus_here = node.gpus_from_agent ? node.gpu_count : node.gpus.size();
+      if (!node.for_task.empty() && node.for_task != task.Key()) continue;
       if (f.cpus + 1e-9 < want.cpus || f.memory < want.memory_bytes ||
-          node.gpus.size() - f.next_gpu < want.gpus) {
+          gpus_here - f.next_gpu < want.gpus) {
         continue;
       }
       PlacedTask p{task.role, task.index, node.name, {}, {}};
       f.cpus -= want.cpus;
       f.memory -= want.memory_bytes;
-      for (uint32_t g = 0; g < want.gpus; ++g) p.gpus.push_back(node.gpus[f.next_gpu++]);
+      // Devices the agent reports are filled in when it registers.
+      for (uint32_t g = 0; g < want.gpus; ++g, ++f.next_gpu) {
+        if (!node.gpus_from_agent) p.gpus.push_back(node.gpus[f.next_gpu]);
+      }
       // Pinned to every core the job holds on the node, not to cores of its own: tasks of one
       // job wait on each other (collectives), and a task pinned alone cannot use the core its
       // peer leaves idle while waiting. Measured on the demo: 20-30 % slower steps with

@@ -110,6 +110,14 @@ struct DatasetConfig {
   }
 };
 
+// Where the job runs on Slurm (`slurm:` in the job file); flags of `shoal run` override each.
+struct SlurmConfig {
+  std::string partition;                  // empty: the cluster's default partition
+  std::string account;                    // empty: the user's default account
+  std::chrono::milliseconds time_limit{0};  // 0: the partition's limit
+  std::string constraint;                 // node features, Slurm's --constraint syntax
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kNone;
@@ -127,6 +135,7 @@ struct JobSpec {
   HeartbeatConfig heartbeat;
   CheckpointConfig checkpoint;
   DatasetConfig dataset;
+  SlurmConfig slurm;
 
   const Role* FindRole(const std::string& name) const;
   uint32_t TotalTasks() const;

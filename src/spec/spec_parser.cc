@@ -38,7 +38,8 @@ namespace {
 
 constexpr absl::string_view kTopKeys[] = {
     "name",         "framework",        "success", "roles",     "on_failure", "restart",
-    "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset"};
+    "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset",
+    "slurm"};
 constexpr absl::string_view kRoleKeys[] = {
     "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
     "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
@@ -48,6 +49,7 @@ constexpr absl::string_view kInstancesKeys[] = {"min", "max"};
 constexpr absl::string_view kBackoffKeys[] = {"initial", "max"};
 constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
 constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
+constexpr absl::string_view kSlurmKeys[] = {"partition", "account", "time_limit", "constraint"};
 constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
                                               "lease_timeout"};
 // In the order the messages list them; the names come from job_spec.cc.
@@ -578,6 +580,7 @@ class Parser {
     if (const Entry* e = Find(entries, "heartbeat")) ParseHeartbeat(*e, spec.heartbeat);
     if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
     if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
+    if (const Entry* e = Find(entries, "slurm")) ParseSlurm(*e, spec.slurm);
 
     std::vector<RoleSite> sites;
     const Entry* roles_entry = Find(entries, "roles");
@@ -838,6 +841,56 @@ class Parser {
     if (const Entry* k = Find(entries, "keep")) {
       if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
         out.keep = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  void ParseSlurm(const Entry& e, SlurmConfig& out) {
+    const std::string path = "slurm";
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with partition, account, time_limit and/or constraint, "
+                         "e.g. {partition: gpu, time_limit: 2h}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kSlurmKeys);
+    // Slurm names: letters, digits and -_.,:= (a constraint also takes &|[]*()!); anything else
+    // would reach srun's argument parser and fail there with a less helpful message.
+    auto name = [&](const char* key, std::string& into, absl::string_view extra) {
+      const Entry* v = Find(entries, key);
+      if (v == nullptr) return;
+      std::string full = JoinKey(path, key);
+      auto text = Scalar(*v, full, "a Slurm name, e.g. gpu");
+      if (!text) return;
+      bool ok = !text->empty();
+      for (char c : *text) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+            std::string_view("-_.,:=").find(c) == std::string_view::npos &&
+            extra.find(c) == absl::string_view::npos) {
+          ok = false;
+        }
+      }
+      if (!ok) {
+        Error(v->line, full, absl::StrCat("must be a Slurm name (letters, digits, -_.,:=), got ",
+                                          Describe(v->value)));
+        return;
+      }
+      into = *text;
+    };
+    name("partition", out.partition, "");
+    name("account", out.account, "");
+    name("constraint", out.constraint, "&|[]*()!");
+    if (const Entry* t = Find(entries, "time_limit")) {
+      if (auto d = Duration(*t, JoinKey(path, "time_limit"))) {
+        if (d->count() < 60000) {
+          Error(t->line, JoinKey(path, "time_limit"),
+                absl::StrCat("must be at least 1m (Slurm counts whole minutes), got ",
+                             Describe(t->value)));
+        } else {
+          out.time_limit = *d;
+        }
       }
     }
   }

@@ -77,5 +77,34 @@ TEST(PlacementTest, WholeGangOrNothingNamesTheTaskThatDoesNotFit) {
   EXPECT_NE(placed.status().message().find("worker:2"), std::string::npos);
 }
 
+TEST(PlacementTest, PlaceSizedForOneTaskTakesOnlyThatTask) {
+  // Listed in reverse: first fit alone would put worker:0 on the place meant for worker:1.
+  auto job = Job(2, 1, 1);
+  JobState state(job);
+  auto a = Node("worker.1", 1, {});
+  a.for_task = "worker:1";
+  a.gpus_from_agent = true;
+  a.gpu_count = 1;
+  auto b = Node("worker.0", 1, {});
+  b.for_task = "worker:0";
+  b.gpus_from_agent = true;
+  b.gpu_count = 1;
+  auto placed = PlaceTasks(job, state.tasks(), {a, b});
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ((*placed)[0].node, "worker.0");
+  EXPECT_EQ((*placed)[1].node, "worker.1");
+  // The devices are the agent's to report; none are made up here.
+  EXPECT_TRUE((*placed)[0].gpus.empty());
+}
+
+TEST(PlacementTest, PlaceForAnotherTaskIsNoFit) {
+  auto job = Job(1, 1);
+  JobState state(job);
+  auto a = Node("chief.0", 4, {});
+  a.for_task = "chief:0";
+  auto placed = PlaceTasks(job, state.tasks(), {a});
+  EXPECT_FALSE(placed.ok());
+}
+
 }  // namespace
 }  // namespace shoal::master

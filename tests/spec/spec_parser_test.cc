@@ -299,7 +299,7 @@ TEST(SpecParserTest, RejectsUnknownTopLevelKeyListingAcceptedKeys) {
   EXPECT_THAT(msg, HasSubstr("job.yaml:2: owner: unknown key;"));
   EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles, on_failure, "
                              "restart, max_restarts, progress_timeout, backoff, heartbeat, "
-                             "checkpoint, dataset"));
+                             "checkpoint, dataset, slurm"));
   EXPECT_THAT(msg, Not(HasSubstr("did you mean")));
 }
 
@@ -1764,5 +1764,38 @@ TEST(SpecParserFuzzTest, ReturnsForDeeplyNestedDocuments) {
   EXPECT_FALSE(Parse(deep_maps).ok());
 }
 
+// --- slurm -------------------------------------------------------------------------------------
+
+TEST(SpecParserTest, ReadsSlurmSection) {
+  auto spec = ParseJobSpec(
+      "name: j\nslurm: {partition: gpu, account: ml-team, time_limit: 90m, constraint: "
+      "\"a100&ib\"}\nroles:\n  a: {command: [x]}\n",
+      "job.yaml", "/base");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->slurm.partition, "gpu");
+  EXPECT_EQ(spec->slurm.account, "ml-team");
+  EXPECT_EQ(spec->slurm.time_limit, std::chrono::minutes(90));
+  EXPECT_EQ(spec->slurm.constraint, "a100&ib");
+}
+
+TEST(SpecParserTest, SlurmDefaultsAreEmpty) {
+  auto spec = ParseJobSpec("name: j\nroles:\n  a: {command: [x]}\n", "job.yaml", "/base");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->slurm.partition, "");
+  EXPECT_EQ(spec->slurm.time_limit.count(), 0);
+}
+
+TEST(SpecParserTest, RejectsBadSlurmValues) {
+  EXPECT_THAT(Refusal("name: j\nslurm: gpu\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: slurm: must be a map"));
+  EXPECT_THAT(Refusal("name: j\nslurm: {partition: \"gpu; rm\"}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: slurm.partition: must be a Slurm name"));
+  EXPECT_THAT(Refusal("name: j\nslurm: {time_limit: 30s}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("slurm.time_limit: must be at least 1m"));
+  EXPECT_THAT(Refusal("name: j\nslurm: {queue: a}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("slurm.queue: unknown key"));
+}
+
 }  // namespace
 }  // namespace shoal::spec
+

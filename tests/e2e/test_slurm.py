@@ -1,0 +1,249 @@
+"""The Slurm backend end to end, on the project's own two-node test cluster
+(tests/slurm/cluster.sh: slurmctld plus slurmd sn1 and sn2, each in its own network namespace
+with its own hostname and address, 8 CPUs, 4 GiB and two fake GPUs each). ctest's
+slurm_cluster fixture brings it up before these tests and down after them."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+import shoal_e2e as e2e
+
+
+@pytest.fixture(autouse=True)
+def slurm_cluster():
+    conf = os.environ.get("SLURM_CONF")
+    assert conf and os.path.exists(conf), (
+        "SLURM_CONF does not name the test cluster's slurm.conf: run these through ctest (its "
+        "slurm_cluster fixture starts the cluster) or tests/slurm/cluster.sh up and "
+        "eval \"$(tests/slurm/cluster.sh env)\"")
+    r = subprocess.run(["sinfo", "-h", "-o", "%n %T"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    states = dict(line.split() for line in r.stdout.splitlines())
+    assert set(states) >= {"sn1", "sn2"}, states
+    yield
+    # No test leaves a Slurm job behind (each checks its own; this catches the rest).
+    leftover = squeue_jobs("shoal-")
+    for job_id, _ in leftover:
+        subprocess.run(["scancel", job_id], timeout=30)
+
+
+def squeue_jobs(name_prefix):
+    """[(slurm job id, name)] of jobs whose name starts with `name_prefix`."""
+    r = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0, r.stderr
+    return [tuple(line.split(maxsplit=1)) for line in r.stdout.splitlines()
+            if line.split(maxsplit=1)[1].startswith(name_prefix)]
+
+
+def slurm_jobs_of(job_id):
+    return squeue_jobs(f"shoal-{job_id}")
+
+
+def only_job_dir(jobs_dir):
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    return job_dir
+
+
+def test_pytorch_ddp_with_one_worker_on_each_of_two_nodes(run_shoal, write_job, repo_root,
+                                                          jobs_dir):
+    train = repo_root / "examples" / "pytorch-ddp" / "train.py"
+    # 3 GiB per worker: a node has 4 GiB, so Slurm must put the workers on different nodes.
+    job = write_job(f"""
+        name: slurm-ddp
+        framework: pytorch
+        roles:
+          worker:
+            instances: 2
+            command: ["/usr/bin/python3", "{train}", "--epochs", "10"]
+            resources: {{cpus: 1, memory: 3GiB}}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=240)
+    assert r.returncode == 0, f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+    accuracy = [float(m.group(1)) for l in r.stdout.splitlines()
+                if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
+    assert accuracy and accuracy[0] >= 0.90, r.stdout
+
+    events = e2e.read_events(only_job_dir(jobs_dir))
+    registered = {e["node"]: e for e in e2e.events_of(events, "agent_registered")}
+    assert set(registered) == {"worker.0", "worker.1"}, registered
+    # Two machines, each with its real address on the cluster network.
+    assert {e["hostname"] for e in registered.values()} == {"sn1", "sn2"}, registered
+    assert {e["address"] for e in registered.values()} == {"10.213.77.11", "10.213.77.12"}
+    (rendezvous,) = e2e.events_of(events, "rendezvous")
+    assert {rank["address"] for rank in rendezvous["ranks"]} == {"10.213.77.11", "10.213.77.12"}
+    assert not slurm_jobs_of(only_job_dir(jobs_dir).name)
+
+
+def test_gpu_role_gets_the_gpus_slurm_assigned(run_shoal, write_job, jobs_dir, tmp_path):
+    out = tmp_path / "gpus"
+    out.mkdir()
+    # Two tasks with one GPU each on a node of two: Slurm picks which. Each task writes what it
+    # was given next to what Slurm recorded for its own Slurm task.
+    job = write_job(f"""
+        name: slurm-gpu
+        roles:
+          trainer:
+            instances: 2
+            command:
+              - /bin/sh
+              - -c
+              - >-
+                echo "$CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS $SLURM_JOB_ID $(hostname)"
+                > {out}/$SHOAL_INDEX; sleep 3
+            resources: {{cpus: 1, memory: 256MiB, gpus: 1}}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=120)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    seen = {}
+    for index in ("0", "1"):
+        cvd, step_gpus, slurm_job, host = (out / index).read_text().split()
+        assert cvd == step_gpus, f"task {index}: CUDA_VISIBLE_DEVICES={cvd}, Slurm's {step_gpus}"
+        seen.setdefault(host, []).append(cvd)
+    # Two tasks on one machine never share a GPU.
+    for host, gpus in seen.items():
+        assert len(gpus) == len(set(gpus)), seen
+    events = e2e.read_events(only_job_dir(jobs_dir))
+    for e in e2e.events_of(events, "agent_registered"):
+        assert len(e["gpus"]) == 1, e
+
+
+def test_shoal_kill_leaves_no_step_running(run_shoal, detach_job, write_job, wait_for_state,
+                                           jobs_dir):
+    job = write_job("""
+        name: slurm-kill
+        roles:
+          worker:
+            instances: 3
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    job_id = detach_job(job, "--backend", "slurm")
+    wait_for_state(job_id, lambda s: s["state"] == "running", 60, "the job to run")
+    assert slurm_jobs_of(job_id), "no Slurm job while the job runs"
+    r = run_shoal("kill", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for_state(job_id, lambda s: s["state"] == "killed", 60, "the job to be killed")
+    e2e.wait_until(lambda: not slurm_jobs_of(job_id), 30, "squeue to show nothing of the job")
+    r = subprocess.run(["squeue", "-h", "-s", "-o", "%i %j"], capture_output=True, text=True)
+    assert job_id not in r.stdout, r.stdout
+    assert not e2e.task_processes(job_id)
+
+
+def test_scancel_from_outside_ends_shoal_run_with_a_clear_message(start_shoal, write_job,
+                                                                  jobs_dir):
+    job = write_job("""
+        name: slurm-scancel
+        roles:
+          worker:
+            instances: 2
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    client = start_shoal("run", "--backend", "slurm", job)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    job_id = job_dir.name
+
+    def running():
+        status = json.loads((job_dir / "status.json").read_text()) if (
+            job_dir / "status.json").exists() else {}
+        return status.get("state") == "running"
+    e2e.wait_until(running, 60, "the job to run")
+    ((slurm_id, _),) = slurm_jobs_of(job_id)
+    subprocess.run(["scancel", slurm_id], check=True, timeout=30)
+    rc = client.wait(60)
+    err = client.stderr()
+    assert rc == 1, f"rc={rc}\n{err}"  # the job did not succeed
+    assert f"Slurm job {slurm_id} was cancelled outside Shoal" in err, err
+    assert "killed" in err.splitlines()[-1], err
+    e2e.wait_until(lambda: not slurm_jobs_of(job_id), 30, "squeue to show nothing of the job")
+
+
+def test_job_larger_than_the_cluster_is_refused_with_slurms_reason(run_shoal, write_job,
+                                                                   jobs_dir):
+    job = write_job("""
+        name: slurm-too-big
+        roles:
+          worker:
+            instances: 1
+            command: ["true"]
+            resources: {cpus: 64}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=60)
+    assert r.returncode == 1, f"rc={r.returncode}\n{r.stderr}"
+    assert "Slurm refused the job: Unable to allocate resources:" in r.stderr, r.stderr
+    assert not slurm_jobs_of(only_job_dir(jobs_dir).name)
+
+
+def test_unknown_partition_is_refused_with_slurms_reason(run_shoal, write_job, jobs_dir):
+    job = write_job("""
+        name: slurm-partition
+        slurm: {partition: nosuchpartition}
+        roles:
+          worker: {command: ["true"]}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=60)
+    assert r.returncode == 1, f"rc={r.returncode}\n{r.stderr}"
+    assert "Slurm refused the job" in r.stderr and "partition" in r.stderr.lower(), r.stderr
+
+
+def test_bad_slurm_flag_is_refused_before_anything_starts(run_shoal, write_job, jobs_dir):
+    job = write_job("""
+        name: slurm-flag
+        roles:
+          worker: {command: ["true"]}
+        """)
+    r = run_shoal("run", "--backend", "slurm", "--time-limit", "10s", job, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "--time-limit: must be at least 1m" in r.stderr, r.stderr
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
+
+
+def sinfo_states():
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
+                       timeout=30)
+    return dict(line.split() for line in r.stdout.splitlines()) if r.returncode == 0 else {}
+
+
+def test_node_slurm_marks_down_is_handled_by_the_failure_policy(start_shoal, write_job,
+                                                                 jobs_dir):
+    # One worker per node (3 GiB of a node's 4); the default policy, fail-job, ends the job
+    # with the lost task named.
+    job = write_job("""
+        name: slurm-node-down
+        roles:
+          worker:
+            instances: 2
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 3GiB}
+        """)
+    client = start_shoal("run", "--backend", "slurm", job)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+
+    def registered():
+        events = e2e.read_events(job_dir)
+        nodes = {e["node"]: e["hostname"] for e in e2e.events_of(events, "agent_registered")}
+        return nodes if len(nodes) == 2 else None
+    nodes = e2e.wait_until(registered, 60, "both agents to register")
+    victim = nodes["worker.1"]
+    try:
+        subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DOWN",
+                        "Reason=shoal-e2e"], check=True, timeout=30)
+        rc = client.wait(60)
+        err = client.stderr()
+        assert rc == 1, f"rc={rc}\n{err}"
+        last = err.strip().splitlines()[-1]
+        assert "failed" in last and "worker:1 lost" in last, err
+        events = e2e.read_events(job_dir)
+        assert e2e.events_of(events, "agent_disconnected") or e2e.events_of(events, "place_lost")
+        e2e.wait_until(lambda: not slurm_jobs_of(job_dir.name), 30, "the Slurm job to end")
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=RESUME"],
+                       capture_output=True, timeout=30)
+        e2e.wait_until(lambda: set(sinfo_states().values()) == {"idle"}, 90,
+                       "every node to be idle again")
