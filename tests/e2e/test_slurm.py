@@ -247,3 +247,64 @@ def test_node_slurm_marks_down_is_handled_by_the_failure_policy(start_shoal, wri
                        capture_output=True, timeout=30)
         e2e.wait_until(lambda: set(sinfo_states().values()) == {"idle"}, 90,
                        "every node to be idle again")
+
+
+def test_job_waits_queued_with_slurms_reason_while_the_cluster_is_full(
+        detach_job, write_job, wait_for_state, jobs_dir, tmp_path):
+    # Another user's job holds every CPU of both nodes.
+    blocker = subprocess.Popen(["srun", "--job-name=e2e-blocker", "-N2", "-n16",
+                                "--mem-per-cpu=64M", "sleep", "300"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        e2e.wait_until(lambda: squeue_jobs("e2e-blocker"), 30, "the blocker to run")
+        e2e.wait_until(lambda: set(sinfo_states().values()) == {"allocated"}, 30,
+                       "every node to be allocated")
+        job = write_job("""
+            name: slurm-queued
+            roles:
+              worker:
+                instances: 2
+                command: ["true"]
+                resources: {cpus: 1, memory: 128MiB}
+            """)
+        job_id = detach_job(job, "--backend", "slurm")
+        status = wait_for_state(job_id, lambda s: s["state"] == "queued", 30,
+                                "the job to be queued")
+        assert "waiting for resources" in status["reason"], status
+        assert "Slurm's reason: Resources" in status["reason"], status
+        blocker.terminate()
+        blocker.wait(30)
+        wait_for_state(job_id, lambda s: s["state"] == "succeeded", 90,
+                       "the job to run once the cluster is free")
+    finally:
+        if blocker.poll() is None:
+            blocker.kill()
+        subprocess.run(["scancel", "--name=e2e-blocker"], capture_output=True, timeout=30)
+
+
+def test_a_new_master_takes_over_a_running_slurm_job(detach_job, run_shoal, write_job,
+                                                      wait_for_state, jobs_dir):
+    job = write_job("""
+        name: slurm-recover
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "sleep 5; echo finished-$SHOAL_INDEX"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    job_id = detach_job(job, "--backend", "slurm")
+    wait_for_state(job_id, lambda s: s["state"] == "running", 60, "the job to run")
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    master_pid = json.loads((job_dir / "master.json").read_text())["pid"]
+    os.kill(master_pid, 9)
+    # The tasks keep running under srun; a new master re-attaches and sees them finish.
+    r = run_shoal("resume", job_id, timeout=90)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "worker:0 | finished-0" in r.stdout and "worker:1 | finished-1" in r.stdout, r.stdout
+    events = e2e.read_events(job_dir)
+    assert e2e.events_of(events, "master_recovered"), "no master_recovered record"
+    # Each task ran once: none was restarted by the takeover.
+    for task in ("worker:0", "worker:1"):
+        starts = [e for e in e2e.task_transitions(events, task) if e.get("to") == "running"]
+        assert len(starts) == 1, starts
+    assert not slurm_jobs_of(job_id)
