@@ -29,8 +29,20 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
+  # Slurm's and munge's packages would start their daemons with a default configuration; the
+  # test cluster (tests/slurm/cluster.sh) runs its own. A policy-rc.d that denies starts keeps
+  # them from running, only for this install and only where the machine has none of its own.
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee /usr/sbin/policy-rc.d >/dev/null
+    "${sudo_cmd[@]}" chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
   # -q keeps one line per package: the install takes minutes and should show that it moves.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q "${missing[@]}"
+  rc=0
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -q "${missing[@]}" || rc=$?
+  if [ "$own_policy" = 1 ]; then "${sudo_cmd[@]}" rm -f /usr/sbin/policy-rc.d; fi
+  [ "$rc" -eq 0 ] || { echo "setup: apt-get install failed (exit $rc)" >&2; exit "$rc"; }
 else
   echo "setup: every Debian package is already installed"
 fi
