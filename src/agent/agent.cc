@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -427,6 +428,21 @@ void Agent::Launch(const v1::MasterMessage& message) {
   // The task inherits the environment Shoal was started with (PATH, a virtualenv, HOME), minus
   // the agent's secret, then Shoal's variables, then the role's own.
   spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
+  if (options_.hide_slurm_step_env) {
+    // srun describes the step of agents (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID...), not the
+    // training world: frameworks that detect Slurm from these (PyTorch Lightning, JAX,
+    // Horovod, mpi4py) would take ranks and peers from them that disagree with Shoal's, which
+    // change with restarts and elastic resizes. The allocation's id stays reachable as
+    // SHOAL_SLURM_JOB_ID.
+    if (auto it = spec.env.find("SLURM_JOB_ID"); it != spec.env.end()) {
+      spec.env["SHOAL_SLURM_JOB_ID"] = it->second;
+    }
+    for (auto it = spec.env.begin(); it != spec.env.end();) {
+      bool slurm = (it->first.rfind("SLURM_", 0) == 0 || it->first.rfind("SLURMD_", 0) == 0) &&
+                   it->first != "SLURM_CONF";
+      it = slurm ? spec.env.erase(it) : std::next(it);
+    }
+  }
   for (const auto& [k, v] : l.env()) spec.env[k] = v;
   spec.working_dir = l.working_dir().empty() ? task_dir : l.working_dir();
   spec.cpu_affinity.assign(l.cpu_affinity().begin(), l.cpu_affinity().end());

@@ -40,6 +40,8 @@ struct AgentOptions {
   // The GPUs a resource manager bound to this agent (Slurm's CUDA_VISIBLE_DEVICES for its
   // task): reported instead of the machine's, so the tasks get exactly those.
   std::optional<std::vector<std::string>> bound_gpus;
+  // Started by srun: hide Slurm's description of its own step from the tasks (see Launch).
+  bool hide_slurm_step_env = false;
   std::chrono::milliseconds heartbeat_interval{1000};
   // How long the agent keeps its tasks alive without a master. Past it, it kills them all.
   std::chrono::milliseconds master_grace{10000};

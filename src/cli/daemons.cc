@@ -197,6 +197,7 @@ int RunAgentDaemon(const AgentFlags& flags) {
     // Several of the job's agents may share this machine: each keeps its files apart.
     options.work_dir = absl::StrCat(options.work_dir, "/", *place);
     options.bound_gpus = SlurmBoundGpus();
+    options.hide_slurm_step_env = true;
   }
   options.ports = flags.ports;
   options.keep_task_output = flags.keep_task_output;

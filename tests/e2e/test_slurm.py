@@ -80,11 +80,28 @@ def test_pytorch_ddp_with_one_worker_on_each_of_two_nodes(run_shoal, write_job, 
     assert not slurm_jobs_of(only_job_dir(jobs_dir).name)
 
 
-def test_gpu_role_gets_the_gpus_slurm_assigned(run_shoal, write_job, jobs_dir, tmp_path):
+def agent_step_env(job_id):
+    """{SLURM_PROCID: environment} of the job's live agents (srun started them with Slurm's
+    variables; the test cluster's nodes are namespaces of this machine)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"agent" not in argv or not any(job_id.encode() in a for a in argv):
+            continue
+        env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+        if "SLURM_PROCID" in env:
+            found[env["SLURM_PROCID"]] = env
+    return found
+
+
+def test_gpu_role_gets_the_gpus_slurm_assigned(start_shoal, write_job, jobs_dir, tmp_path):
     out = tmp_path / "gpus"
     out.mkdir()
-    # Two tasks with one GPU each on a node of two: Slurm picks which. Each task writes what it
-    # was given next to what Slurm recorded for its own Slurm task.
+    # Two tasks with one GPU each; Slurm picks which. Each task writes what it was given.
     job = write_job(f"""
         name: slurm-gpu
         roles:
@@ -94,21 +111,33 @@ def test_gpu_role_gets_the_gpus_slurm_assigned(run_shoal, write_job, jobs_dir, t
               - /bin/sh
               - -c
               - >-
-                echo "$CUDA_VISIBLE_DEVICES $SLURM_STEP_GPUS $SLURM_JOB_ID $(hostname)"
-                > {out}/$SHOAL_INDEX; sleep 3
+                echo "${{CUDA_VISIBLE_DEVICES:-none}} $SHOAL_SLURM_JOB_ID $(hostname)
+                ${{SLURM_PROCID:-none}} ${{SLURM_JOB_ID:-none}}" > {out}/$SHOAL_INDEX.tmp &&
+                mv {out}/$SHOAL_INDEX.tmp {out}/$SHOAL_INDEX; sleep 30
             resources: {{cpus: 1, memory: 256MiB, gpus: 1}}
         """)
-    r = run_shoal("run", "--backend", "slurm", job, timeout=120)
-    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    client = start_shoal("run", "--backend", "slurm", job)
+    e2e.wait_until(lambda: all((out / i).exists() for i in ("0", "1")), 60,
+                   "both tasks to report their GPUs")
+    job_id = e2e.wait_for_job(jobs_dir).name
+    agents = agent_step_env(job_id)
+    assert set(agents) == {"0", "1"}, agents.keys()
     seen = {}
     for index in ("0", "1"):
-        cvd, step_gpus, slurm_job, host = (out / index).read_text().split()
-        assert cvd == step_gpus, f"task {index}: CUDA_VISIBLE_DEVICES={cvd}, Slurm's {step_gpus}"
+        cvd, slurm_job, host, procid, hidden_job = (out / index).read_text().split()
+        # Slurm bound GPUs to the agent's Slurm task (one task per Shoal task, same index).
+        slurms = agents[index]["SLURM_STEP_GPUS"]
+        assert cvd == slurms, f"task {index}: CUDA_VISIBLE_DEVICES={cvd}, Slurm's {slurms}"
+        assert slurm_job == agents[index]["SLURM_JOB_ID"]
+        # Slurm's description of the agents' step is not the training world: hidden.
+        assert (procid, hidden_job) == ("none", "none"), (procid, hidden_job)
         seen.setdefault(host, []).append(cvd)
     # Two tasks on one machine never share a GPU.
     for host, gpus in seen.items():
         assert len(gpus) == len(set(gpus)), seen
-    events = e2e.read_events(only_job_dir(jobs_dir))
+    subprocess.run([e2e.SHOAL_BIN, "--jobs-dir", str(jobs_dir), "kill", job_id], timeout=60)
+    assert client.wait(60) == 1
+    events = e2e.read_events(jobs_dir / job_id)
     for e in e2e.events_of(events, "agent_registered"):
         assert len(e["gpus"]) == 1, e
 
