@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "nlohmann/json.hpp"
 
@@ -66,6 +67,99 @@ void AddTorchrunVariables(const spec::JobSpec& job, const ClusterPlan& plan,
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
 }
 
+std::string Endpoint(const TaskPlacement& t) { return t.address + ":" + std::to_string(t.port); }
+
+// The task's rank and count within its role in the current world (elastic roles shrink).
+uint32_t RoleRank(const TaskPlacement& t) { return t.role_world_size != 0 ? t.role_rank : t.index; }
+
+// TensorFlow's task types that form the cluster. An evaluator runs beside it (it gets its own
+// task entry, never a place in the cluster); other roles (tensorboard, a data service) are not
+// TensorFlow servers at all and get no TF_CONFIG.
+bool InTensorFlowCluster(const std::string& role) {
+  return role == "chief" || role == "worker" || role == "ps" || role == "master";
+}
+
+// TF_CONFIG as tf.distribute's cluster resolver reads it (TFConfigClusterResolver), for
+// MultiWorkerMirroredStrategy (chief/worker) and ParameterServerStrategy (chief, worker, ps).
+void AddTensorFlowVariables(const ClusterPlan& plan, const TaskPlacement& task, Environment& env) {
+  if (!InTensorFlowCluster(task.role) && task.role != "evaluator") return;
+  nlohmann::ordered_json cluster = nlohmann::ordered_json::object();
+  for (const auto& t : plan.tasks) {
+    if (InTensorFlowCluster(t.role)) cluster[t.role].push_back(Endpoint(t));
+  }
+  nlohmann::ordered_json config = {
+      {"cluster", cluster},
+      {"task", {{"type", task.role}, {"index", RoleRank(task)}}},
+  };
+  env["TF_CONFIG"] = config.dump();
+}
+
+// What jax.distributed.initialize(coordinator_address, num_processes, process_id) takes: the
+// coordinator is rank 0's reserved port. JAX reads JAX_COORDINATOR_ADDRESS itself; the other
+// two are passed by the script (see docs/frameworks.md).
+void AddJaxVariables(const ClusterPlan& plan, const TaskPlacement& task, Environment& env) {
+  env["JAX_COORDINATOR_ADDRESS"] = Endpoint(plan.tasks.front());
+  env["JAX_NUM_PROCESSES"] = std::to_string(plan.tasks.size());
+  env["JAX_PROCESS_ID"] = std::to_string(task.global_rank);
+}
+
+// What PaddlePaddle's launcher (python -m paddle.distributed.launch, Paddle 3.x:
+// launch/controllers/collective.py and ps.py) gives each process: collective mode for trainers,
+// parameter-server mode when the job has a `pserver` (or `ps`) role. Checked against the
+// launcher's own output; docs/environment.md lists what reads what.
+void AddPaddleVariables(const ClusterPlan& plan, const TaskPlacement& task, Environment& env) {
+  auto is_server = [](const std::string& role) { return role == "pserver" || role == "ps"; };
+  std::vector<std::string> trainers, servers;
+  uint32_t trainer_id = 0;
+  for (const auto& t : plan.tasks) {
+    bool me = t.role == task.role && t.index == task.index;
+    if (is_server(t.role)) {
+      servers.push_back(Endpoint(t));
+    } else {
+      if (me) trainer_id = static_cast<uint32_t>(trainers.size());
+      trainers.push_back(Endpoint(t));
+    }
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+    return out;
+  };
+  env["PADDLE_TRAINERS_NUM"] = std::to_string(trainers.size());
+  env["PADDLE_TRAINER_ENDPOINTS"] = join(trainers);
+  env["PADDLE_NNODES"] = std::to_string(plan.num_nodes);
+  if (servers.empty()) {
+    env["PADDLE_TRAINER_ID"] = std::to_string(trainer_id);
+    env["PADDLE_GLOBAL_RANK"] = std::to_string(trainer_id);
+    env["PADDLE_GLOBAL_SIZE"] = std::to_string(trainers.size());
+    env["PADDLE_CURRENT_ENDPOINT"] = Endpoint(task);
+    env["PADDLE_LOCAL_RANK"] = std::to_string(task.local_rank);
+    env["PADDLE_RANK_IN_NODE"] = std::to_string(task.local_rank);
+    env["PADDLE_LOCAL_SIZE"] = std::to_string(task.local_world_size);
+    // The TCP store: trainer 0 serves it on its own endpoint, as the launcher's --ips form does.
+    env["PADDLE_MASTER"] = trainers.empty() ? "" : trainers.front();
+    if (task.gpus.empty()) {
+      env["PADDLE_DISTRI_BACKEND"] = "gloo";
+    } else {
+      // Device indices as the task sees them (CUDA_VISIBLE_DEVICES holds only its own).
+      std::string ids;
+      for (size_t i = 0; i < task.gpus.size(); ++i) ids += (i ? "," : "") + std::to_string(i);
+      env["FLAGS_selected_gpus"] = ids;
+    }
+    return;
+  }
+  const char* role = is_server(task.role) ? "PSERVER" : "TRAINER";
+  env["PADDLE_PSERVERS_IP_PORT_LIST"] = join(servers);
+  env["TRAINING_ROLE"] = role;
+  env["PADDLE_ROLE"] = role;
+  env["PADDLE_TRAINING_ROLE"] = role;
+  // A server finds its id as the index of POD_IP:PADDLE_PORT in the server list; a trainer
+  // needs both too (fleet's role maker refuses to start without PADDLE_PORT).
+  env["POD_IP"] = task.address;
+  env["PADDLE_PORT"] = std::to_string(task.port);
+  if (!is_server(task.role)) env["PADDLE_TRAINER_ID"] = std::to_string(trainer_id);
+}
+
 }  // namespace
 
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
@@ -80,6 +174,15 @@ Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& pl
   switch (job.framework) {
     case spec::Framework::kPyTorch:
       AddTorchrunVariables(job, plan, task, env);
+      break;
+    case spec::Framework::kTensorFlow:
+      AddTensorFlowVariables(plan, task, env);
+      break;
+    case spec::Framework::kJax:
+      AddJaxVariables(plan, task, env);
+      break;
+    case spec::Framework::kPaddle:
+      AddPaddleVariables(plan, task, env);
       break;
     case spec::Framework::kNone:
       break;

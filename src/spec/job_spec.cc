@@ -21,6 +21,12 @@ const char* FrameworkName(Framework f) {
       return "none";
     case Framework::kPyTorch:
       return "pytorch";
+    case Framework::kTensorFlow:
+      return "tensorflow";
+    case Framework::kJax:
+      return "jax";
+    case Framework::kPaddle:
+      return "paddle";
   }
   return "none";
 }

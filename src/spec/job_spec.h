@@ -9,7 +9,7 @@
 
 namespace shoal::spec {
 
-enum class Framework { kNone, kPyTorch };
+enum class Framework { kNone, kPyTorch, kTensorFlow, kJax, kPaddle };
 
 struct Resources {
   double cpus = 1.0;            // may be fractional; whole cores are pinned when they fit

@@ -57,10 +57,10 @@ constexpr OnFailure kOnFailureValues[] = {OnFailure::kFailJob, OnFailure::kResta
                                           OnFailure::kRestartGroup, OnFailure::kElastic};
 constexpr RestartMode kRestartValues[] = {RestartMode::kNever, RestartMode::kOnFailure,
                                           RestartMode::kAlways};
-constexpr absl::string_view kFrameworks[] = {"none", "pytorch"};
+constexpr absl::string_view kFrameworks[] = {"none", "pytorch", "tensorflow", "jax", "paddle"};
 // Known frameworks that Shoal does not run yet; named apart so the message says "not yet"
 // rather than "unknown".
-constexpr absl::string_view kFutureFrameworks[] = {"tensorflow", "horovod", "paddle", "jax", "mpi"};
+constexpr absl::string_view kFutureFrameworks[] = {"horovod", "mpi"};
 
 // Bounds that keep totals far from integer overflow; no real job comes near them.
 constexpr int64_t kMaxInstances = 100000;
@@ -558,6 +558,12 @@ class Parser {
           spec.framework = Framework::kNone;
         } else if (*text == "pytorch") {
           spec.framework = Framework::kPyTorch;
+        } else if (*text == "tensorflow") {
+          spec.framework = Framework::kTensorFlow;
+        } else if (*text == "jax") {
+          spec.framework = Framework::kJax;
+        } else if (*text == "paddle") {
+          spec.framework = Framework::kPaddle;
         } else if (std::find(std::begin(kFutureFrameworks), std::end(kFutureFrameworks), *text) !=
                    std::end(kFutureFrameworks)) {
           Error(e->line, "framework",

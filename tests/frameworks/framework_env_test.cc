@@ -129,5 +129,100 @@ TEST(FrameworkEnvTest, ClusterSpecListsEveryTaskByRole) {
   ExpectGolden("cluster_spec_chief_workers", ClusterSpecJson(plan) + "\n");
 }
 
+// --- tensorflow ---------------------------------------------------------------------------
+
+spec::JobSpec Job(spec::Framework framework, std::vector<spec::Role> roles) {
+  spec::JobSpec job;
+  job.name = "golden";
+  job.framework = framework;
+  job.roles = std::move(roles);
+  return job;
+}
+
+TEST(FrameworkEnvTest, TensorFlowSingleWorkerMatchesGolden) {
+  auto job = Job(spec::Framework::kTensorFlow, {MakeRole("worker", 1)});
+  ExpectGolden("tensorflow_single_worker", Render(job, MakePlan(job, 1)));
+}
+
+TEST(FrameworkEnvTest, TensorFlowChiefAndWorkersMatchesGolden) {
+  auto job = Job(spec::Framework::kTensorFlow, {MakeRole("chief", 1), MakeRole("worker", 2)});
+  ExpectGolden("tensorflow_chief_workers", Render(job, MakePlan(job, 3)));
+}
+
+TEST(FrameworkEnvTest, TensorFlowParameterServerTopologyOnSeveralNodesMatchesGolden) {
+  auto job = Job(spec::Framework::kTensorFlow,
+                 {MakeRole("chief", 1), MakeRole("worker", 2), MakeRole("ps", 1),
+                  MakeRole("evaluator", 1), MakeRole("tensorboard", 1)});
+  ClusterPlan plan = MakePlan(job, 2);
+  ExpectGolden("tensorflow_chief_workers_ps_evaluator", Render(job, plan));
+  // The exact TF_CONFIG, spelled out: the evaluator and tensorboard are not in the cluster.
+  EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[2]).at("TF_CONFIG"),
+            R"({"cluster":{"chief":["10.0.0.1:29500"],"worker":["10.0.0.1:29501","10.0.0.2:29502"],)"
+            R"("ps":["10.0.0.2:29503"]},"task":{"type":"worker","index":1}})");
+  EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[4]).at("TF_CONFIG"),
+            R"({"cluster":{"chief":["10.0.0.1:29500"],"worker":["10.0.0.1:29501","10.0.0.2:29502"],)"
+            R"("ps":["10.0.0.2:29503"]},"task":{"type":"evaluator","index":0}})");
+  EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[5]).count("TF_CONFIG"), 0u);
+}
+
+TEST(FrameworkEnvTest, TensorFlowElasticWorkerUsesItsCurrentRank) {
+  auto job = Job(spec::Framework::kTensorFlow, {MakeRole("worker", 3)});
+  ClusterPlan plan = MakePlan(job, 3);
+  // worker:0 was lost; the two survivors are the world, renumbered.
+  plan.tasks.erase(plan.tasks.begin());
+  for (uint32_t r = 0; r < plan.tasks.size(); ++r) {
+    plan.tasks[r].role_rank = r;
+    plan.tasks[r].role_world_size = 2;
+  }
+  EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[1]).at("TF_CONFIG"),
+            R"({"cluster":{"worker":["10.0.0.1:29501","10.0.0.1:29502"]},)"
+            R"("task":{"type":"worker","index":1}})");
+}
+
+// --- jax -----------------------------------------------------------------------------------
+
+TEST(FrameworkEnvTest, JaxProcessesOnTwoNodesMatchGolden) {
+  auto job = Job(spec::Framework::kJax, {MakeRole("worker", 4)});
+  ClusterPlan plan = MakePlan(job, 2);
+  ExpectGolden("jax_four_processes_two_nodes", Render(job, plan));
+  Environment env = BuildTaskEnvironment(job, plan, plan.tasks[3]);
+  EXPECT_EQ(env.at("JAX_COORDINATOR_ADDRESS"), "10.0.0.1:29500");
+  EXPECT_EQ(env.at("JAX_NUM_PROCESSES"), "4");
+  EXPECT_EQ(env.at("JAX_PROCESS_ID"), "3");
+}
+
+// --- paddle --------------------------------------------------------------------------------
+
+TEST(FrameworkEnvTest, PaddleCollectiveTrainersMatchGolden) {
+  auto job = Job(spec::Framework::kPaddle, {MakeRole("trainer", 3)});
+  ClusterPlan plan = MakePlan(job, 2);
+  ExpectGolden("paddle_collective_three_trainers", Render(job, plan));
+  Environment env = BuildTaskEnvironment(job, plan, plan.tasks[2]);
+  EXPECT_EQ(env.at("PADDLE_TRAINER_ID"), "2");
+  EXPECT_EQ(env.at("PADDLE_TRAINERS_NUM"), "3");
+  EXPECT_EQ(env.at("PADDLE_TRAINER_ENDPOINTS"),
+            "10.0.0.1:29500,10.0.0.1:29501,10.0.0.2:29502");
+  EXPECT_EQ(env.at("PADDLE_CURRENT_ENDPOINT"), "10.0.0.2:29502");
+  EXPECT_EQ(env.at("PADDLE_MASTER"), "10.0.0.1:29500");
+  EXPECT_EQ(env.at("PADDLE_LOCAL_RANK"), "0");
+  EXPECT_EQ(env.count("TRAINING_ROLE"), 0u);
+}
+
+TEST(FrameworkEnvTest, PaddleParameterServerModeMatchesGolden) {
+  auto job = Job(spec::Framework::kPaddle, {MakeRole("pserver", 2), MakeRole("trainer", 2)});
+  ClusterPlan plan = MakePlan(job, 2);
+  ExpectGolden("paddle_ps_two_servers_two_trainers", Render(job, plan));
+  Environment server = BuildTaskEnvironment(job, plan, plan.tasks[1]);
+  EXPECT_EQ(server.at("TRAINING_ROLE"), "PSERVER");
+  EXPECT_EQ(server.at("PADDLE_PORT"), "29501");
+  EXPECT_EQ(server.at("PADDLE_PSERVERS_IP_PORT_LIST"), "10.0.0.1:29500,10.0.0.1:29501");
+  Environment trainer = BuildTaskEnvironment(job, plan, plan.tasks[3]);
+  EXPECT_EQ(trainer.at("TRAINING_ROLE"), "TRAINER");
+  EXPECT_EQ(trainer.at("PADDLE_TRAINER_ID"), "1");
+  EXPECT_EQ(trainer.at("PADDLE_TRAINERS_NUM"), "2");
+  EXPECT_EQ(trainer.at("PADDLE_PORT"), "29503");
+  EXPECT_EQ(trainer.at("POD_IP"), "10.0.0.2");
+}
+
 }  // namespace
 }  // namespace shoal::frameworks

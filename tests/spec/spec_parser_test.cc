@@ -737,18 +737,29 @@ roles:
 // --- Framework ----------------------------------------------------------------------------------
 
 TEST(SpecParserTest, RejectsUnsupportedFrameworkListingAcceptedValues) {
-  for (const char* name : {"tensorflow", "horovod", "paddle", "jax", "mpi"}) {
+  for (const char* name : {"horovod", "mpi"}) {
     std::string msg =
         Refusal(std::string("name: j\nframework: ") + name + "\nroles:\n  a: {command: [x]}\n");
     EXPECT_EQ(msg, std::string("job.yaml:2: framework: '") + name +
-                       "' is not supported yet; accepted values: none, pytorch");
+                       "' is not supported yet; accepted values: none, pytorch, tensorflow, jax, "
+                       "paddle");
+  }
+}
+
+TEST(SpecParserTest, AcceptsEveryAdaptedFramework) {
+  for (const char* name : {"none", "pytorch", "tensorflow", "jax", "paddle"}) {
+    auto spec = ParseJobSpec(std::string("name: j\nframework: ") + name +
+                                 "\nroles:\n  a: {command: [x]}\n",
+                             "job.yaml", "/base");
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_STREQ(FrameworkName(spec->framework), name);
   }
 }
 
 TEST(SpecParserTest, RejectsUnknownFrameworkSuggestingTheClosest) {
   std::string msg = Refusal("name: j\nframework: pytroch\nroles:\n  a: {command: [x]}\n");
   EXPECT_EQ(msg, "job.yaml:2: framework: unknown framework 'pytroch'; did you mean 'pytorch'? "
-                 "accepted values: none, pytorch");
+                 "accepted values: none, pytorch, tensorflow, jax, paddle");
 }
 
 // --- Failure handling: accepted forms -----------------------------------------------------------
@@ -1548,7 +1559,7 @@ TEST(SpecParserTest, RejectsUnreadableFileNamingThePath) {
 
 TEST(SpecParserTest, ReportsEveryErrorInFileOrder) {
   std::string msg = Refusal(R"yaml(name: bad name
-framework: jax
+framework: mpi
 roles:
   worker:
     instances: 0
@@ -1560,7 +1571,7 @@ roles:
 )yaml");
   EXPECT_THAT(Lines(msg),
               ElementsAre(HasSubstr("job.yaml:1: name: must be"),
-                          HasSubstr("job.yaml:2: framework: 'jax' is not supported yet"),
+                          HasSubstr("job.yaml:2: framework: 'mpi' is not supported yet"),
                           HasSubstr("job.yaml:5: roles.worker.instances: must be an integer"),
                           HasSubstr("job.yaml:6: roles.worker.command: must not be empty"),
                           HasSubstr("job.yaml:7: roles.worker.resources.gpu: unknown key"),
