@@ -14,7 +14,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev
-  python3 python3-torch python3-sklearn python3-numpy python3-pytest
+  python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   openmpi-bin hyperfine procps iproute2
   munge slurm-wlm
 )
@@ -45,6 +45,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$rc" -eq 0 ] || { echo "setup: apt-get install failed (exit $rc)" >&2; exit "$rc"; }
 else
   echo "setup: every Debian package is already installed"
+fi
+
+# The framework examples' Python environments (PyPI; Debian lacks these frameworks), one per
+# framework in a fixed cache folder that every clone shares: made once (minutes), then reused
+# while its requirements file is unchanged. SHOAL_SKIP_VENVS=1 skips them.
+venv_root=/var/cache/shoal/venvs
+make_venv() {
+  local name=$1 requirements=$repo/$2 dir=$venv_root/$1
+  if [ -x "$dir/bin/python" ] && cmp -s "$requirements" "$dir/.shoal-requirements"; then
+    echo "setup: Python environment $name is up to date ($dir)"
+    return
+  fi
+  echo "setup: making the $name Python environment in $dir (pip, from $2)"
+  "${sudo_cmd[@]}" mkdir -p "$venv_root"
+  "${sudo_cmd[@]}" rm -rf "$dir"
+  "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$dir"
+  "${sudo_cmd[@]}" "$dir/bin/pip" install -q --disable-pip-version-check --progress-bar off \
+    -r "$requirements"
+  "${sudo_cmd[@]}" cp "$requirements" "$dir/.shoal-requirements"
+}
+if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
+  make_venv jax examples/jax/requirements.txt
+  make_venv paddle examples/paddle/requirements.txt
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
