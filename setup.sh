@@ -68,6 +68,7 @@ make_venv() {
 if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv jax examples/jax/requirements.txt
   make_venv paddle examples/paddle/requirements.txt
+  make_venv tensorflow examples/tensorflow/requirements.txt
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

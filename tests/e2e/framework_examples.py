@@ -20,8 +20,8 @@ def require_venv(name):
 
 
 def check_trained(r, chief, threshold):
-    """The job succeeded and `chief` printed a JSON metrics line and, last,
-    final_accuracy=X >= threshold. Returns the metrics dict."""
+    """The job succeeded and `chief` printed, last, final_accuracy=X >= threshold. Returns its
+    JSON metrics line ({"metric": ...}) if it printed one, else {}."""
     assert r.returncode == 0, f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
     lines = [l[len(chief) + 3:] for l in r.stdout.splitlines() if l.startswith(f"{chief} | ")]
     assert lines, r.stdout
@@ -29,5 +29,4 @@ def check_trained(r, chief, threshold):
     assert m, f"{chief}'s last line is not final_accuracy=...:\n{r.stdout}"
     assert float(m.group(1)) >= threshold, r.stdout
     metrics = [json.loads(l) for l in lines if l.startswith("{") and '"metric"' in l]
-    assert metrics, f"no JSON metrics line from {chief}:\n{r.stdout}"
-    return metrics[-1]
+    return metrics[-1] if metrics else {}
