@@ -13,7 +13,9 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
-  libgtest-dev libgmock-dev
+  libgtest-dev libgmock-dev libcpp-httplib-dev
+  python3-dev python3-distutils python3-setuptools python3-wheel python3-psutil python3-yaml
+  python3-packaging libtorch-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   openmpi-bin hyperfine procps iproute2
   munge slurm-wlm
@@ -51,8 +53,9 @@ fi
 # framework in a fixed cache folder that every clone shares: made once (minutes), then reused
 # while its requirements file is unchanged. SHOAL_SKIP_VENVS=1 skips them.
 venv_root=/var/cache/shoal/venvs
+# make_venv NAME REQUIREMENTS [--system-site-packages]
 make_venv() {
-  local name=$1 requirements=$repo/$2 dir=$venv_root/$1
+  local name=$1 requirements=$repo/$2 dir=$venv_root/$1 venv_flags=${3:-}
   if [ -x "$dir/bin/python" ] && cmp -s "$requirements" "$dir/.shoal-requirements"; then
     echo "setup: Python environment $name is up to date ($dir)"
     return
@@ -60,15 +63,30 @@ make_venv() {
   echo "setup: making the $name Python environment in $dir (pip, from $2)"
   "${sudo_cmd[@]}" mkdir -p "$venv_root"
   "${sudo_cmd[@]}" rm -rf "$dir"
-  "${sudo_cmd[@]}" /usr/bin/python3 -m venv "$dir"
-  "${sudo_cmd[@]}" "$dir/bin/pip" install -q --disable-pip-version-check --progress-bar off \
-    -r "$requirements"
+  # shellcheck disable=SC2086  # venv_flags is empty or one flag
+  "${sudo_cmd[@]}" /usr/bin/python3 -m venv $venv_flags "$dir"
+  local pip=("${sudo_cmd[@]}" "$dir/bin/pip" install -q --disable-pip-version-check
+             --progress-bar off --no-cache-dir)
+  if [ "$name" = horovod ]; then
+    # Horovod is a C++ sdist built against Debian's torch (seen through
+    # --system-site-packages, hence no build isolation): PyTorch with gloo, no MPI. Its
+    # runtime wheels go first. About 6.5 minutes on 2 cores. examples/horovod/INSTALL.md.
+    "${pip[@]}" -r <(grep -v '^horovod==' "$requirements")
+    "${sudo_cmd[@]}" env HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+      HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j2 \
+      "$dir/bin/pip" install -q --disable-pip-version-check --progress-bar off --no-cache-dir \
+      --no-build-isolation "$(grep '^horovod==' "$requirements")"
+  else
+    "${pip[@]}" -r "$requirements"
+  fi
   "${sudo_cmd[@]}" cp "$requirements" "$dir/.shoal-requirements"
 }
 if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv jax examples/jax/requirements.txt
   make_venv paddle examples/paddle/requirements.txt
   make_venv tensorflow examples/tensorflow/requirements.txt
+  make_venv horovod examples/horovod/requirements.txt --system-site-packages
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

@@ -34,6 +34,10 @@ struct ClusterPlan {
   uint32_t restart_count = 0;  // the rendezvous generation: group restarts and rescales
   std::string checkpoint_dir;
   uint32_t num_nodes = 1;
+  // A key-value rendezvous the master serves for the framework (Horovod's gloo store): IPv4
+  // address and port; port 0: none.
+  std::string rendezvous_host;
+  uint32_t rendezvous_port = 0;
   std::vector<TaskPlacement> tasks;  // ordered by global rank
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -31,6 +32,10 @@ void AddShoalVariables(const spec::JobSpec& job, const ClusterPlan& plan, const 
   if (!plan.checkpoint_dir.empty()) {
     env["SHOAL_CHECKPOINT_DIR"] = plan.checkpoint_dir;
     env["SHOAL_CHECKPOINT_KEEP"] = std::to_string(job.checkpoint.keep);
+  }
+  if (job.tensorboard.configured) {
+    env["SHOAL_TENSORBOARD_LOGDIR"] =
+        job.tensorboard.logdir.empty() ? plan.job_dir + "/tensorboard" : job.tensorboard.logdir;
   }
   // Frameworks size their thread pools from this; without it every process takes every core.
   if (role != nullptr) {
@@ -160,6 +165,44 @@ void AddPaddleVariables(const ClusterPlan& plan, const TaskPlacement& task, Envi
   if (!is_server(task.role)) env["PADDLE_TRAINER_ID"] = std::to_string(trainer_id);
 }
 
+// What `horovodrun --gloo` gives each rank (horovod/runner/gloo_run.py), with the master's
+// rendezvous store in place of horovodrun's, so no horovodrun and no ssh are needed. Machines
+// are told apart by address: HOROVOD_HOSTNAME is only a label, the same for ranks on one
+// machine and different across machines.
+void AddHorovodVariables(const ClusterPlan& plan, const TaskPlacement& task, Environment& env) {
+  // Cross rank: this machine's position among the machines that have a task with this local
+  // rank (in node order); cross size: how many machines have one.
+  std::map<uint32_t, std::vector<uint32_t>> nodes_with_local_rank;
+  for (const auto& t : plan.tasks) {
+    auto& nodes = nodes_with_local_rank[t.local_rank];
+    if (std::find(nodes.begin(), nodes.end(), t.node_rank) == nodes.end()) {
+      nodes.push_back(t.node_rank);
+    }
+  }
+  auto& peers = nodes_with_local_rank[task.local_rank];
+  std::sort(peers.begin(), peers.end());
+  uint32_t cross_rank = static_cast<uint32_t>(
+      std::find(peers.begin(), peers.end(), task.node_rank) - peers.begin());
+  env["HOROVOD_RANK"] = std::to_string(task.global_rank);
+  env["HOROVOD_SIZE"] = std::to_string(plan.tasks.size());
+  env["HOROVOD_LOCAL_RANK"] = std::to_string(task.local_rank);
+  env["HOROVOD_LOCAL_SIZE"] = std::to_string(task.local_world_size);
+  env["HOROVOD_CROSS_RANK"] = std::to_string(cross_rank);
+  env["HOROVOD_CROSS_SIZE"] = std::to_string(peers.size());
+  env["HOROVOD_HOSTNAME"] = task.address;
+  env["HOROVOD_CONTROLLER"] = "gloo";
+  env["HOROVOD_CPU_OPERATIONS"] = "gloo";
+  env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] = plan.rendezvous_host;
+  env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = std::to_string(plan.rendezvous_port);
+  // gloo listens on the interface named here; unset, on the address the machine's hostname
+  // resolves to. All on loopback: `lo`, as horovodrun does for a local job.
+  bool all_loopback = std::all_of(plan.tasks.begin(), plan.tasks.end(), [](const TaskPlacement& t) {
+    return t.address.rfind("127.", 0) == 0;
+  });
+  if (all_loopback) env["HOROVOD_GLOO_IFACE"] = "lo";
+  env["PYTHONUNBUFFERED"] = "1";
+}
+
 }  // namespace
 
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
@@ -183,6 +226,9 @@ Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& pl
       break;
     case spec::Framework::kPaddle:
       AddPaddleVariables(plan, task, env);
+      break;
+    case spec::Framework::kHorovod:
+      AddHorovodVariables(plan, task, env);
       break;
     case spec::Framework::kNone:
       break;

@@ -116,6 +116,13 @@ absl::Status Master::Start() {
   if (auto st = WriteFileAtomically(options_.job_dir + "/master.json", info.dump()); !st.ok()) {
     return st;
   }
+  if (options_.spec.framework == spec::Framework::kHorovod) {
+    // Up before any rank starts: a rank that cannot reach it aborts within 3 s.
+    std::string host = address_.substr(0, address_.rfind(':'));
+    auto rendezvous = HorovodRendezvous::Start(host);
+    if (!rendezvous.ok()) return rendezvous.status();
+    horovod_rendezvous_ = std::move(*rendezvous);
+  }
   backend_->SetPlaceLostCallback([this](const std::string& node, const std::string& why) {
     loop_.Post([this, node, why] { OnPlaceLost(node, why); });
   });
@@ -546,6 +553,10 @@ bool Master::BuildPlan(bool journal) {
   std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, role_count, role_next;
   for (const auto& g : grants_) node_rank.try_emplace(host_of(g.name), node_rank.size());
   plan_.num_nodes = static_cast<uint32_t>(node_rank.size());
+  if (horovod_rendezvous_) {
+    plan_.rendezvous_host = horovod_rendezvous_->host();
+    plan_.rendezvous_port = horovod_rendezvous_->port();
+  }
   for (size_t i = 0; i < placement_.size(); ++i) {
     const TaskRecord& rec = state_.tasks()[i];
     if (!rec.in_world) continue;

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
+
+#include "master/horovod_rendezvous.h"
 #include <string>
 #include <vector>
 
@@ -237,6 +239,8 @@ class Master {
   static constexpr std::chrono::milliseconds kProgressPublishInterval{1000};
   bool status_write_pending_ = false;
   bool rendezvous_done_ = false;
+  // Horovod's gloo key-value store, for framework: horovod; null otherwise.
+  std::unique_ptr<HorovodRendezvous> horovod_rendezvous_;
   // Failure handling (docs/fault-tolerance.md).
   uint32_t generation_ = 0;       // bumped by every group restart or rescale
   FailurePolicy policy_;

@@ -27,6 +27,8 @@ const char* FrameworkName(Framework f) {
       return "jax";
     case Framework::kPaddle:
       return "paddle";
+    case Framework::kHorovod:
+      return "horovod";
   }
   return "none";
 }

@@ -9,7 +9,7 @@
 
 namespace shoal::spec {
 
-enum class Framework { kNone, kPyTorch, kTensorFlow, kJax, kPaddle };
+enum class Framework { kNone, kPyTorch, kTensorFlow, kJax, kPaddle, kHorovod };
 
 struct Resources {
   double cpus = 1.0;            // may be fractional; whole cores are pinned when they fit
@@ -118,6 +118,14 @@ struct SlurmConfig {
   std::string constraint;                 // node features, Slurm's --constraint syntax
 };
 
+// A TensorBoard beside the job (`tensorboard:` in the job file), started by the master for the
+// job's life and never part of its outcome.
+struct TensorBoardConfig {
+  bool configured = false;
+  std::string logdir;                // absolute; empty: <job dir>/tensorboard
+  std::vector<std::string> command;  // empty: Shoal's default TensorBoard (docs/tensorboard.md)
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kNone;
@@ -136,6 +144,7 @@ struct JobSpec {
   CheckpointConfig checkpoint;
   DatasetConfig dataset;
   SlurmConfig slurm;
+  TensorBoardConfig tensorboard;
 
   const Role* FindRole(const std::string& name) const;
   uint32_t TotalTasks() const;

@@ -39,7 +39,7 @@ namespace {
 constexpr absl::string_view kTopKeys[] = {
     "name",         "framework",        "success", "roles",     "on_failure", "restart",
     "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset",
-    "slurm"};
+    "slurm", "tensorboard"};
 constexpr absl::string_view kRoleKeys[] = {
     "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
     "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
@@ -49,6 +49,7 @@ constexpr absl::string_view kInstancesKeys[] = {"min", "max"};
 constexpr absl::string_view kBackoffKeys[] = {"initial", "max"};
 constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
 constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
+constexpr absl::string_view kTensorBoardKeys[] = {"logdir", "command"};
 constexpr absl::string_view kSlurmKeys[] = {"partition", "account", "time_limit", "constraint"};
 constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
                                               "lease_timeout"};
@@ -57,10 +58,11 @@ constexpr OnFailure kOnFailureValues[] = {OnFailure::kFailJob, OnFailure::kResta
                                           OnFailure::kRestartGroup, OnFailure::kElastic};
 constexpr RestartMode kRestartValues[] = {RestartMode::kNever, RestartMode::kOnFailure,
                                           RestartMode::kAlways};
-constexpr absl::string_view kFrameworks[] = {"none", "pytorch", "tensorflow", "jax", "paddle"};
+constexpr absl::string_view kFrameworks[] = {"none",   "pytorch", "tensorflow",
+                                             "jax",    "paddle",  "horovod"};
 // Known frameworks that Shoal does not run yet; named apart so the message says "not yet"
 // rather than "unknown".
-constexpr absl::string_view kFutureFrameworks[] = {"horovod", "mpi"};
+constexpr absl::string_view kFutureFrameworks[] = {"mpi"};
 
 // Bounds that keep totals far from integer overflow; no real job comes near them.
 constexpr int64_t kMaxInstances = 100000;
@@ -564,6 +566,8 @@ class Parser {
           spec.framework = Framework::kJax;
         } else if (*text == "paddle") {
           spec.framework = Framework::kPaddle;
+        } else if (*text == "horovod") {
+          spec.framework = Framework::kHorovod;
         } else if (std::find(std::begin(kFutureFrameworks), std::end(kFutureFrameworks), *text) !=
                    std::end(kFutureFrameworks)) {
           Error(e->line, "framework",
@@ -587,6 +591,7 @@ class Parser {
     if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
     if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
     if (const Entry* e = Find(entries, "slurm")) ParseSlurm(*e, spec.slurm);
+    if (const Entry* e = Find(entries, "tensorboard")) ParseTensorBoard(*e, spec.tensorboard);
 
     std::vector<RoleSite> sites;
     const Entry* roles_entry = Find(entries, "roles");
@@ -847,6 +852,54 @@ class Parser {
     if (const Entry* k = Find(entries, "keep")) {
       if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
         out.keep = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  void ParseTensorBoard(const Entry& e, TensorBoardConfig& out) {
+    const std::string path = "tensorboard";
+    // Written at all, even as `tensorboard:`, turns it on with the defaults.
+    out.configured = true;
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with logdir and/or command, e.g. {logdir: ./runs}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kTensorBoardKeys);
+    if (const Entry* d = Find(entries, "logdir")) {
+      std::string key = JoinKey(path, "logdir");
+      constexpr char kForm[] = "a directory path, absolute or relative to the job file";
+      if (auto text = Scalar(*d, key, kForm)) {
+        if (text->empty() || (*text)[0] == '~') {
+          Error(d->line, key,
+                absl::StrCat("must be ", kForm, " ('~' is not expanded; leave the key out for "
+                             "the default), got ", Describe(d->value)));
+        } else {
+          out.logdir = ResolveDir(base_dir_, *text);
+        }
+      }
+    }
+    if (const Entry* c = Find(entries, "command")) {
+      std::string key = JoinKey(path, "command");
+      bool ok = c->value.IsSequence() && c->value.size() > 0;
+      std::vector<std::string> argv;
+      for (size_t i = 0; ok && i < c->value.size(); ++i) {
+        if (!c->value[i].IsScalar() || c->value[i].Scalar().empty()) {
+          ok = false;
+        } else {
+          argv.push_back(c->value[i].Scalar());
+        }
+      }
+      if (!ok) {
+        Error(c->line, key,
+              absl::StrCat("must be a non-empty list of strings, the TensorBoard program and its "
+                           "first arguments, e.g. [/opt/venv/bin/tensorboard], got ",
+                           Describe(c->value)));
+      } else {
+        out.command = std::move(argv);
       }
     }
   }

@@ -224,5 +224,44 @@ TEST(FrameworkEnvTest, PaddleParameterServerModeMatchesGolden) {
   EXPECT_EQ(trainer.at("POD_IP"), "10.0.0.2");
 }
 
+// --- horovod -------------------------------------------------------------------------------
+
+TEST(FrameworkEnvTest, HorovodRanksOnTwoNodesMatchGolden) {
+  // Three ranks on node 0, two on node 1: local rank 2 exists on one machine only.
+  auto job = Job(spec::Framework::kHorovod, {MakeRole("worker", 5)});
+  ClusterPlan plan = MakePlan(job, 3);
+  plan.rendezvous_host = "10.0.0.9";
+  plan.rendezvous_port = 7140;
+  ExpectGolden("horovod_five_ranks_two_nodes", Render(job, plan));
+  Environment r2 = BuildTaskEnvironment(job, plan, plan.tasks[2]);
+  EXPECT_EQ(r2.at("HOROVOD_LOCAL_RANK"), "2");
+  EXPECT_EQ(r2.at("HOROVOD_LOCAL_SIZE"), "3");
+  EXPECT_EQ(r2.at("HOROVOD_CROSS_RANK"), "0");
+  EXPECT_EQ(r2.at("HOROVOD_CROSS_SIZE"), "1");
+  Environment r4 = BuildTaskEnvironment(job, plan, plan.tasks[4]);
+  EXPECT_EQ(r4.at("HOROVOD_RANK"), "4");
+  EXPECT_EQ(r4.at("HOROVOD_LOCAL_RANK"), "1");
+  EXPECT_EQ(r4.at("HOROVOD_LOCAL_SIZE"), "2");
+  EXPECT_EQ(r4.at("HOROVOD_CROSS_RANK"), "1");
+  EXPECT_EQ(r4.at("HOROVOD_CROSS_SIZE"), "2");
+  EXPECT_EQ(r4.at("HOROVOD_HOSTNAME"), "10.0.0.2");
+  EXPECT_EQ(r4.at("HOROVOD_GLOO_RENDEZVOUS_ADDR"), "10.0.0.9");
+  EXPECT_EQ(r4.at("HOROVOD_GLOO_RENDEZVOUS_PORT"), "7140");
+  // Across machines gloo must not listen on loopback: no interface is forced.
+  EXPECT_EQ(r4.count("HOROVOD_GLOO_IFACE"), 0u);
+}
+
+TEST(FrameworkEnvTest, HorovodOnOneMachineUsesLoopback) {
+  auto job = Job(spec::Framework::kHorovod, {MakeRole("worker", 2)});
+  ClusterPlan plan = MakePlan(job, 2);
+  for (auto& t : plan.tasks) t.address = "127.0.0.1";
+  plan.rendezvous_host = "127.0.0.1";
+  plan.rendezvous_port = 7140;
+  Environment env = BuildTaskEnvironment(job, plan, plan.tasks[1]);
+  EXPECT_EQ(env.at("HOROVOD_GLOO_IFACE"), "lo");
+  EXPECT_EQ(env.at("HOROVOD_CONTROLLER"), "gloo");
+  EXPECT_EQ(env.at("HOROVOD_CPU_OPERATIONS"), "gloo");
+}
+
 }  // namespace
 }  // namespace shoal::frameworks

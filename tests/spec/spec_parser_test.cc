@@ -299,7 +299,7 @@ TEST(SpecParserTest, RejectsUnknownTopLevelKeyListingAcceptedKeys) {
   EXPECT_THAT(msg, HasSubstr("job.yaml:2: owner: unknown key;"));
   EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles, on_failure, "
                              "restart, max_restarts, progress_timeout, backoff, heartbeat, "
-                             "checkpoint, dataset, slurm"));
+                             "checkpoint, dataset, slurm, tensorboard"));
   EXPECT_THAT(msg, Not(HasSubstr("did you mean")));
 }
 
@@ -737,17 +737,17 @@ roles:
 // --- Framework ----------------------------------------------------------------------------------
 
 TEST(SpecParserTest, RejectsUnsupportedFrameworkListingAcceptedValues) {
-  for (const char* name : {"horovod", "mpi"}) {
+  for (const char* name : {"mpi"}) {
     std::string msg =
         Refusal(std::string("name: j\nframework: ") + name + "\nroles:\n  a: {command: [x]}\n");
     EXPECT_EQ(msg, std::string("job.yaml:2: framework: '") + name +
                        "' is not supported yet; accepted values: none, pytorch, tensorflow, jax, "
-                       "paddle");
+                       "paddle, horovod");
   }
 }
 
 TEST(SpecParserTest, AcceptsEveryAdaptedFramework) {
-  for (const char* name : {"none", "pytorch", "tensorflow", "jax", "paddle"}) {
+  for (const char* name : {"none", "pytorch", "tensorflow", "jax", "paddle", "horovod"}) {
     auto spec = ParseJobSpec(std::string("name: j\nframework: ") + name +
                                  "\nroles:\n  a: {command: [x]}\n",
                              "job.yaml", "/base");
@@ -759,7 +759,7 @@ TEST(SpecParserTest, AcceptsEveryAdaptedFramework) {
 TEST(SpecParserTest, RejectsUnknownFrameworkSuggestingTheClosest) {
   std::string msg = Refusal("name: j\nframework: pytroch\nroles:\n  a: {command: [x]}\n");
   EXPECT_EQ(msg, "job.yaml:2: framework: unknown framework 'pytroch'; did you mean 'pytorch'? "
-                 "accepted values: none, pytorch, tensorflow, jax, paddle");
+                 "accepted values: none, pytorch, tensorflow, jax, paddle, horovod");
 }
 
 // --- Failure handling: accepted forms -----------------------------------------------------------
@@ -1805,6 +1805,42 @@ TEST(SpecParserTest, RejectsBadSlurmValues) {
               HasSubstr("slurm.time_limit: must be at least 1m"));
   EXPECT_THAT(Refusal("name: j\nslurm: {queue: a}\nroles:\n  a: {command: [x]}\n"),
               HasSubstr("slurm.queue: unknown key"));
+}
+
+// --- tensorboard -------------------------------------------------------------------------------
+
+TEST(SpecParserTest, TensorBoardSectionAloneTurnsItOnWithDefaults) {
+  auto spec = ParseJobSpec("name: j\ntensorboard:\nroles:\n  a: {command: [x]}\n", "job.yaml",
+                           "/base");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->tensorboard.configured);
+  EXPECT_EQ(spec->tensorboard.logdir, "");
+  EXPECT_TRUE(spec->tensorboard.command.empty());
+  auto none = ParseJobSpec("name: j\nroles:\n  a: {command: [x]}\n", "job.yaml", "/base");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->tensorboard.configured);
+}
+
+TEST(SpecParserTest, TensorBoardLogdirIsResolvedAgainstTheJobFile) {
+  auto spec = ParseJobSpec(
+      "name: j\ntensorboard: {logdir: runs/x, command: [/opt/tb/bin/tensorboard, --reload_interval, "
+      "\"1\"]}\nroles:\n  a: {command: [x]}\n",
+      "job.yaml", "/base");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->tensorboard.logdir, "/base/runs/x");
+  EXPECT_EQ(spec->tensorboard.command,
+            (std::vector<std::string>{"/opt/tb/bin/tensorboard", "--reload_interval", "1"}));
+}
+
+TEST(SpecParserTest, RejectsBadTensorBoardValues) {
+  EXPECT_THAT(Refusal("name: j\ntensorboard: yes\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: tensorboard: must be a map with logdir and/or command"));
+  EXPECT_THAT(Refusal("name: j\ntensorboard: {logdir: ~/runs}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: tensorboard.logdir: must be a directory path"));
+  EXPECT_THAT(Refusal("name: j\ntensorboard: {command: tensorboard}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: tensorboard.command: must be a non-empty list of strings"));
+  EXPECT_THAT(Refusal("name: j\ntensorboard: {port: 6006}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("tensorboard.port: unknown key"));
 }
 
 }  // namespace
