@@ -83,6 +83,7 @@ make_venv() {
   "${sudo_cmd[@]}" cp "$requirements" "$dir/.shoal-requirements"
 }
 if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
+  make_venv tensorboard tools/tensorboard/requirements.txt --system-site-packages
   make_venv jax examples/jax/requirements.txt
   make_venv paddle examples/paddle/requirements.txt
   make_venv tensorflow examples/tensorflow/requirements.txt

@@ -129,9 +129,25 @@ def epoch_order(torch, n, epoch, pad_to):
     return order
 
 
+def tensorboard_writer(rank):
+    """A SummaryWriter into SHOAL_TENSORBOARD_LOGDIR (set when the job has a `tensorboard:`
+    section) for rank 0, or None: without that variable, or where the Python running this
+    has no `tensorboard` package (Debian's python3 has none; see tensorboard.yaml)."""
+    logdir = os.environ.get("SHOAL_TENSORBOARD_LOGDIR")
+    if not logdir or rank != 0:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as e:
+        log(f"warning: not writing TensorBoard logs: {e}")
+        return None
+    return SummaryWriter(os.path.join(logdir, os.environ.get("SHOAL_JOB_ID", "run")))
+
+
 def main():
     args = parse_args()
     rank, world_size, local_rank = read_env()
+    writer = tensorboard_writer(rank)
     shoal = import_sdk()
 
     import numpy as np
@@ -222,6 +238,9 @@ def main():
             if args.step_delay:
                 time.sleep(args.step_delay)
         log(f"epoch {epoch + 1}/{args.epochs} loss {total / max(batches, 1):.3f}")
+        if writer is not None:
+            writer.add_scalar("loss", total / max(batches, 1), epoch + 1)
+            writer.flush()
 
     # Weights are identical on every rank after DDP training; each rank evaluates the
     # whole held-out set so that they all agree on the outcome and exit status.
@@ -232,6 +251,9 @@ def main():
     dist.destroy_process_group()
 
     ok = accuracy >= args.min_accuracy
+    if writer is not None:
+        writer.add_scalar("accuracy", accuracy, args.epochs)
+        writer.close()
     if rank == 0:
         mean_step_ms = 1000.0 * sum(step_times) / len(step_times) if step_times else None
         # CPU time of this process (all its threads) per step: what the step itself costs,

@@ -20,6 +20,7 @@
 #include "backends/slurm/srun_command.h"
 #include "common/files.h"
 #include "master/master.h"
+#include "master/tensorboard_sidecar.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "spec/inventory.h"
@@ -148,11 +149,34 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     return 1;
   }
   spdlog::info("job {} listening on {}", submit.value("job_id", ""), (*master)->address());
+  std::unique_ptr<master::TensorBoardSidecar> tensorboard;
+  if (spec->tensorboard.configured) {
+    // Beside the job, never part of it: a TensorBoard that cannot start is reported, and the
+    // job runs on.
+    auto command = master::ResolveTensorBoardCommand(spec->tensorboard);
+    master::Master* m = master->get();
+    if (!command.ok()) {
+      m->SidecarFailed("TensorBoard", std::string(command.status().message()));
+    } else {
+      auto started = master::TensorBoardSidecar::Start(
+          *command, master::TensorBoardLogdir(spec->tensorboard, job_dir),
+          job_dir + "/tensorboard.log",
+          [m](const std::string& url) { m->AnnounceSidecar("TensorBoard", url); },
+          [m](const std::string& why) { m->SidecarFailed("TensorBoard", why); });
+      if (started.ok()) {
+        tensorboard = std::move(*started);
+      } else {
+        m->SidecarFailed("TensorBoard", absl::StrCat("cannot start TensorBoard: ",
+                                                     started.status().message()));
+      }
+    }
+  }
   SignalWatcher signals([&](int sig) {
     spdlog::warn("received {}; stopping the job", sigabbrev_np(sig));
     (*master)->Kill(std::string("the master received SIG") + sigabbrev_np(sig));
   });
   int code = (*master)->Wait();
+  tensorboard.reset();  // it serves the job's logs only while the job lives
   spdlog::info("job finished; master exiting with {}", code);
   return code;
 }

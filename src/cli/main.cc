@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
   auto* kill_cmd = app.add_subcommand("kill", "Stop every task of a job (SIGTERM, then SIGKILL)");
   kill_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
 
+  auto* tensorboard_cmd = app.add_subcommand(
+      "tensorboard", "Serve a job's TensorBoard logs on loopback, also after it ended");
+  tensorboard_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
+
   bool resume_quiet = false;
   auto* resume_cmd = app.add_subcommand(
       "resume", "Follow a job again; if its master died, a new one takes over from its journal");
@@ -152,6 +156,7 @@ int main(int argc, char** argv) {
   if (list_cmd->parsed()) return shoal::client::ListJobs(root, json);
   if (logs_cmd->parsed()) return shoal::client::ShowLogs(root, job, task, follow);
   if (kill_cmd->parsed()) return shoal::client::KillJob(root, job);
+  if (tensorboard_cmd->parsed()) return shoal::client::ServeTensorBoard(root, job);
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover);
   if (agent_cmd->parsed()) {

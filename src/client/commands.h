@@ -33,6 +33,8 @@ int ListJobs(const std::string& jobs_root, bool json);
 int ShowLogs(const std::string& jobs_root, const std::string& job, const std::string& task,
              bool follow);
 int KillJob(const std::string& jobs_root, const std::string& job);
+// Serves the job's TensorBoard logs on loopback (running or ended); replaces this process.
+int ServeTensorBoard(const std::string& jobs_root, const std::string& job);
 // Follows a job whose `shoal run` went away; if its master died, starts a new one that takes
 // the job over from its journal first.
 int ResumeJob(const std::string& jobs_root, const std::string& job, const std::string& shoal_binary,

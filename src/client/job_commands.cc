@@ -1,8 +1,10 @@
 // `shoal status`, `list`, `logs`, `kill`: read the job directory, and ask the master when it is
 // alive (it knows more than the last status.json it wrote).
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,10 @@
 #include "client/job_directory.h"
 #include "client/master_client.h"
 #include "client/status_render.h"
+#include "common/files.h"
+#include "master/tensorboard_sidecar.h"
+#include "nlohmann/json.hpp"
+#include "spec/spec_parser.h"
 
 namespace shoal::client {
 namespace {
@@ -182,6 +188,46 @@ int KillJob(const std::string& root, const std::string& job) {
     std::this_thread::sleep_for(Ms(100));
   }
   std::cerr << "shoal: the master did not confirm the kill within 15s\n";
+  return kExitJobFailed;
+}
+
+}  // namespace shoal::client
+
+namespace shoal::client {
+
+int ServeTensorBoard(const std::string& root, const std::string& job) {
+  auto dir = Locate(root, job);
+  if (!dir.ok()) return kExitUsage;
+  auto text = ReadFile(*dir + "/spec.yaml");
+  auto submit_text = ReadFile(*dir + "/submit.json");
+  if (!text.ok() || !submit_text.ok()) {
+    std::cerr << "shoal: " << *dir << " has no spec.yaml or submit.json\n";
+    return kExitUsage;
+  }
+  auto submit = nlohmann::json::parse(*submit_text, nullptr, false);
+  std::string base = submit.is_object() ? submit.value("base_dir", *dir) : *dir;
+  auto spec = spec::ParseJobSpec(*text, *dir + "/spec.yaml", base);
+  if (!spec.ok()) {
+    std::cerr << "shoal: the job's spec.yaml no longer parses: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  auto command = master::ResolveTensorBoardCommand(spec->tensorboard);
+  if (!command.ok()) {
+    std::cerr << "shoal: " << command.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::string logdir = master::TensorBoardLogdir(spec->tensorboard, *dir);
+  std::vector<std::string> argv = *command;
+  for (const char* a : {"--logdir", logdir.c_str(), "--host", "127.0.0.1", "--port", "0"}) {
+    argv.emplace_back(a);
+  }
+  std::cerr << "shoal | TensorBoard over " << logdir << " (Ctrl-C stops it)\n";
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  // TensorBoard prints its own URL; it is this command from here on.
+  ::execvp(args[0], args.data());
+  std::cerr << "shoal: cannot run " << argv[0] << ": " << std::strerror(errno) << "\n";
   return kExitJobFailed;
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "client/commands.h"
+#include "master/tensorboard_sidecar.h"
 #include "client/job_directory.h"
 #include "client/master_client.h"
 #include "client/status_render.h"
@@ -153,6 +154,13 @@ int RunJob(const RunOptions& options) {
   if (!spec.ok()) {
     std::cerr << "shoal: invalid job file:\n" << spec.status().message() << "\n";
     return kExitUsage;
+  }
+  if (spec->tensorboard.configured) {
+    if (auto command = master::ResolveTensorBoardCommand(spec->tensorboard); !command.ok()) {
+      std::cerr << "shoal: invalid job file:\n"
+                << options.job_file << ": " << command.status().message() << "\n";
+      return kExitUsage;
+    }
   }
   nlohmann::json slurm = nlohmann::json::object();
   if (options.backend == "local") {

@@ -171,6 +171,22 @@ void Master::Kill(const std::string& reason) {
   });
 }
 
+void Master::AnnounceSidecar(const std::string& name, const std::string& url) {
+  loop_.Post([this, name, url] {
+    Journal({{"type", "sidecar_started"}, {"name", name}, {"url", url}});
+    spdlog::info("{} at {}", name, url);
+    EmitNotice(absl::StrCat(name, " at ", url));
+  });
+}
+
+void Master::SidecarFailed(const std::string& name, const std::string& why) {
+  loop_.Post([this, name, why] {
+    Journal({{"type", "sidecar_failed"}, {"name", name}, {"reason", why}});
+    spdlog::warn("{}", why);
+    EmitNotice(why);
+  });
+}
+
 bool Master::Authorized(const std::string& header) const {
   std::string expected = "Bearer " + options_.token;
   if (header.size() != expected.size()) return false;

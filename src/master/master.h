@@ -103,6 +103,10 @@ class Master {
   int Wait();
   // Stops the job; the outcome is `killed` unless it was already decided.
   void Kill(const std::string& reason);
+  // A service beside the job (TensorBoard) is up at `url`, or could not start: journaled and
+  // shown to everyone following the job. Thread-safe.
+  void AnnounceSidecar(const std::string& name, const std::string& url);
+  void SidecarFailed(const std::string& name, const std::string& why);
 
   // ---- called by MasterService from gRPC threads
   bool Authorized(const std::string& authorization_header) const;
