@@ -71,7 +71,12 @@ make_venv() {
     # Horovod is a C++ sdist built against Debian's torch (seen through
     # --system-site-packages, hence no build isolation): PyTorch with gloo, no MPI. Its
     # runtime wheels go first. About 6.5 minutes on 2 cores. examples/horovod/INSTALL.md.
-    "${pip[@]}" -r <(grep -v '^horovod==' "$requirements")
+    local wheels
+    wheels=$(mktemp)  # a file, not <(...): sudo closes inherited descriptors
+    grep -v '^horovod==' "$requirements" >"$wheels"
+    chmod 644 "$wheels"
+    "${pip[@]}" -r "$wheels"
+    rm -f "$wheels"
     "${sudo_cmd[@]}" env HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
       HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_WITH_GLOO=1 \
       HOROVOD_CPU_OPERATIONS=GLOO MAKEFLAGS=-j2 \
