@@ -22,7 +22,14 @@ spec::JobSpec Job(uint32_t workers, double cpus, uint32_t gpus = 0, uint64_t mem
 
 backends::NodeGrant Node(const std::string& name, double cpus, std::vector<uint32_t> cores,
                          std::vector<std::string> gpus = {}, uint64_t memory = 1ull << 40) {
-  return {name, "127.0.0.1", cpus, memory, std::move(cores), std::move(gpus)};
+  backends::NodeGrant g;
+  g.name = name;
+  g.address = "127.0.0.1";
+  g.cpus = cpus;
+  g.memory_bytes = memory;
+  g.cores = std::move(cores);
+  g.gpus = std::move(gpus);
+  return g;
 }
 
 TEST(PlacementTest, PinsWholeCoreTasksToEveryCoreTheJobHolds) {
