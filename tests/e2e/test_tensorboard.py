@@ -29,7 +29,17 @@ def runs(url):
 def test_tensorboard_serves_the_jobs_logs_while_it_runs(start_shoal, run_shoal, repo_root,
                                                         jobs_dir, tmp_path):
     fx.require_venv("tensorboard")
-    job = repo_root / "examples" / "pytorch-ddp" / "tensorboard.yaml"
+    # The demo's tensorboard.yaml, made to run long enough (a 20 ms pause per step) for
+    # TensorBoard (rescanning every second) to be seen listing the run before the job ends.
+    example = repo_root / "examples" / "pytorch-ddp"
+    text = (example / "tensorboard.yaml").read_text()
+    text = text.replace("tensorboard: {}", "tensorboard: {command: "
+                        "[/var/cache/shoal/venvs/tensorboard/bin/tensorboard, --reload_interval, "
+                        "'1']}")
+    text = text.replace('"--epochs", "10"]', '"--epochs", "10", "--step-delay", "0.02"]')
+    assert "--step-delay" in text and "--reload_interval" in text
+    job = tmp_path / "tensorboard.yaml"
+    job.write_text(text.replace("train.py", str(example / "train.py")))
     client = start_shoal("run", job)
     url = e2e.wait_until(lambda: (m := URL.search(client.stderr())) and m.group(1), 60,
                          "shoal run to print TensorBoard's address")
