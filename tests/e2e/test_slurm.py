@@ -337,3 +337,24 @@ def test_a_new_master_takes_over_a_running_slurm_job(detach_job, run_shoal, writ
         starts = [e for e in e2e.task_transitions(events, task) if e.get("to") == "running"]
         assert len(starts) == 1, starts
     assert not slurm_jobs_of(job_id)
+
+
+def test_horovod_ranks_on_two_nodes_rendezvous_through_the_master(run_shoal, repo_root,
+                                                                   jobs_dir, tmp_path):
+    # The Horovod example with 3 GiB per rank, so one rank on each node: the ranks reach the
+    # master's gloo rendezvous store on the cluster network, and each other through gloo.
+    python = "/var/cache/shoal/venvs/horovod/bin/python"
+    assert os.access(python, os.X_OK), f"{python} is missing: run ./setup.sh"
+    example = repo_root / "examples" / "horovod"
+    text = (example / "job.yaml").read_text()
+    text = text.replace("memory: 2GiB", "memory: 3GiB")
+    text = text.replace('"train.py"', f'"{example / "train.py"}"')
+    assert "memory: 3GiB" in text and str(example) in text
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=180)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "worker:0 | final_accuracy=" in r.stdout, r.stdout
+    events = e2e.read_events(only_job_dir(jobs_dir))
+    hosts = {e["hostname"] for e in e2e.events_of(events, "agent_registered")}
+    assert hosts == {"sn1", "sn2"}, hosts
