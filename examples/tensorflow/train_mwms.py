@@ -142,9 +142,27 @@ def main():
             print(f"epoch {epoch + 1}/{args.epochs} loss={logs.get('loss', 0):.4f} "
                   f"accuracy={logs.get('accuracy', 0):.4f}", flush=True)
 
+    class StepTimes(tf.keras.callbacks.Callback):
+        # Wall time of each training step (one global batch: forward, backward, the
+        # all-reduce, the update), after the first epoch (tracing and warm-up).
+        def __init__(self):
+            super().__init__()
+            self.epoch, self.start, self.times = 0, 0.0, []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch > 0 or args.epochs == 1:
+                self.times.append(time.perf_counter() - self.start)
+
     print(f"training: {workers} worker(s), global batch {global_batch}, "
           f"{threads()} thread(s)", flush=True)
-    model.fit(train, epochs=args.epochs, verbose=0, callbacks=[EpochLine()])
+    steps = StepTimes()
+    model.fit(train, epochs=args.epochs, verbose=0, callbacks=[EpochLine(), steps])
     _, accuracy = model.evaluate(test, verbose=0)
 
     if args.model_dir:
@@ -167,6 +185,10 @@ def main():
     else:
         code = 0
     if is_chief:
+        mean_step_ms = 1000.0 * sum(steps.times) / len(steps.times) if steps.times else None
+        print(json.dumps({"metric": "accuracy", "value": round(float(accuracy), 4),
+                          "mean_step_ms": None if mean_step_ms is None else round(mean_step_ms, 4),
+                          "steps": len(steps.times), "world_size": workers}), flush=True)
         print(f"final_accuracy={accuracy:.3f}", flush=True)
     return code
 
