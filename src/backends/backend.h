@@ -73,6 +73,10 @@ class Backend {
   // Called (from any thread) by backends whose allocation is granted after StartAgents, by an
   // outside scheduler. Backends that hold everything from Acquire on never call it.
   virtual void SetAllocationEventCallback(AllocationEventCallback callback) {}
+  // Whether the resource manager itself may signal the tasks (Slurm signals every process of a
+  // step on scancel or at a time limit): a task's SIGTERM may then be part of a cancellation
+  // the backend is about to report, rather than a failure.
+  virtual bool SignalsTasksFromOutside() const { return false; }
   // The master gave up on this place (its agent went silent): kill its agent and every task
   // there now, without waiting. Non-blocking; the place-lost callback may follow.
   virtual void TerminatePlace(const std::string& node) = 0;

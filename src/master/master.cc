@@ -1,5 +1,7 @@
 #include "master/master.h"
 
+#include <signal.h>
+
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -295,15 +297,20 @@ void Master::AgentDisconnected(uint64_t session_id) {
       backend_->TerminatePlace(node);
       FailTasksOnNode(node, why);
     };
-    if (leaving.empty() || phase_ == JobPhase::kStopping) {
+    bool outside = !leaving.empty() || backend_->SignalsTasksFromOutside();
+    if (!outside || phase_ == JobPhase::kStopping) {
       lose(absl::StrCat("lost: the agent on ", node, " disconnected"));
       return;
     }
-    // Stopped from outside: the resource manager usually says why (a cancelled allocation)
-    // a moment later, and that ends the job as cancelled rather than as a failure to handle.
-    loop_.PostAfter(options_.outside_stop_settle, [node, leaving, lose] {
-      lose(absl::StrCat("lost: the agent on ", node, " stopped: ", leaving));
-    });
+    // Stopped from outside (the agent said so, or the resource manager may signal agents
+    // itself, as Slurm does on scancel, sometimes before the agent can say anything): the
+    // backend usually says why a moment later (a cancelled allocation), which ends the job as
+    // cancelled rather than as a failure to handle. A place the backend reports lost in the
+    // meantime is handled at once (OnPlaceLost).
+    std::string why = leaving.empty() ? absl::StrCat("lost: the agent on ", node, " disconnected")
+                                      : absl::StrCat("lost: the agent on ", node, " stopped: ",
+                                                     leaving);
+    loop_.PostAfter(options_.outside_stop_settle, [why, lose] { lose(why); });
   });
 }
 
@@ -705,10 +712,20 @@ void Master::OnTaskStarted(const v1::AgentMessage& message) {
   LaunchReadyRoles();
 }
 
-void Master::OnTaskExited(const v1::AgentMessage& message) {
+void Master::OnTaskExited(const v1::AgentMessage& message, bool settled) {
   const auto& m = message.task_exited();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
   if (rec == nullptr || rec->attempt != m.task().attempt() || IsTerminal(rec->state)) return;
+  if (!settled && m.signal() == SIGTERM && !m.stopped_by_agent() && m.error().empty() &&
+      rec->hung_reason.empty() && backend_->SignalsTasksFromOutside() &&
+      phase_ != JobPhase::kStopping) {
+    // The resource manager signals the tasks of a cancelled allocation along with their
+    // agents: wait for the backend to say so (the job then ends as cancelled) before this
+    // counts as a failure for the policy.
+    loop_.PostAfter(options_.outside_stop_settle,
+                    [this, message] { OnTaskExited(message, /*settled=*/true); });
+    return;
+  }
   // Whatever partial line the task left goes out too, so its last words are not lost.
   if (std::string lines = logs_->FinishTask(rec->Key()); !lines.empty()) PublishLogLines(lines);
   rec->exit_code = m.exit_code();

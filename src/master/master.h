@@ -143,7 +143,7 @@ class Master {
   const backends::NodeGrant* GrantFor(const std::string& node) const;
   void LaunchReadyRoles();
   void OnTaskStarted(const v1::AgentMessage& message);
-  void OnTaskExited(const v1::AgentMessage& message);
+  void OnTaskExited(const v1::AgentMessage& message, bool settled = false);
   void OnLog(const v1::AgentMessage& message);
   void OnTaskStalled(const v1::AgentMessage& message);
   void OnSdkRequest(AgentSession& session, const v1::AgentMessage& message);

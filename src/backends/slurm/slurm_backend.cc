@@ -132,6 +132,7 @@ absl::Status SlurmBackend::StartAgents(const AgentStartOptions& options) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     srun_pid_ = pid;
+    srun_started_ = true;
   }
   nlohmann::json record = {{"pid", pid}, {"slurm_job_name", SlurmJobName()},
                            {"log_offset", start}};
@@ -164,6 +165,7 @@ absl::Status SlurmBackend::Reattach(const std::string& job_id,
   {
     std::lock_guard<std::mutex> lock(mu_);
     srun_pid_ = pid;
+    srun_started_ = true;
   }
   watcher_ = std::thread([this, pid, pidfd, offset] { Watch(pid, pidfd, offset); });
   return absl::OkStatus();
@@ -325,7 +327,6 @@ void SlurmBackend::Release() {
     releasing_ = true;
     pid = srun_pid_;
   }
-  bool clean = false;
   if (pid > 0) {
     // The master has normally told every agent to shut down: the step then ends and srun
     // with it, releasing the allocation. Otherwise Slurm is asked to cancel the job.
@@ -339,13 +340,17 @@ void SlurmBackend::Release() {
       if (!srun_exited_.wait_for(lock, std::chrono::seconds(15), [&] { return srun_pid_ < 0; })) {
         ::kill(pid, SIGKILL);
       }
-    } else {
-      clean = srun_status_ != -1 && WIFEXITED(srun_status_) && WEXITSTATUS(srun_status_) == 0;
     }
   }
   if (watcher_.joinable()) watcher_.join();
+  bool started, clean;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    started = srun_started_;
+    clean = srun_status_ != -1 && WIFEXITED(srun_status_) && WEXITSTATUS(srun_status_) == 0;
+  }
   // A job srun left behind (it was killed, or never got its allocation) must not hold nodes.
-  if (!clean && !job_id_.empty()) CancelSlurmJob();
+  if (started && !clean) CancelSlurmJob();
 }
 
 absl::StatusOr<std::string> SlurmBackend::AddressTowardsController() {

@@ -44,6 +44,7 @@ class SlurmBackend final : public Backend {
   absl::Status StartAgents(const AgentStartOptions& options) override;
   void SetPlaceLostCallback(PlaceLostCallback callback) override;
   void SetAllocationEventCallback(AllocationEventCallback callback) override;
+  bool SignalsTasksFromOutside() const override { return true; }
   // Slurm cannot end one task of a step: a silent agent is left to its own master timeout,
   // which kills its task; the place is not reused.
   void TerminatePlace(const std::string& node) override {}
@@ -76,7 +77,8 @@ class SlurmBackend final : public Backend {
   std::mutex mu_;
   std::condition_variable srun_exited_;
   pid_t srun_pid_ ABSL_GUARDED_BY(mu_) = -1;
-  int srun_status_ ABSL_GUARDED_BY(mu_) = 0;
+  int srun_status_ ABSL_GUARDED_BY(mu_) = -1;  // -1: unknown (not our child) or not exited
+  bool srun_started_ ABSL_GUARDED_BY(mu_) = false;
   bool releasing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> lost_ ABSL_GUARDED_BY(mu_);
