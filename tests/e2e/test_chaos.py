@@ -186,8 +186,12 @@ def test_chaos_kills_do_not_change_the_outcome(example_file, full_world, backoff
     sizes = [e["world_size"] for e in e2e.events_of(events, "rendezvous")]
     if stem == "elastic":
         # The survivors went on as a world of 2 and the job grew back to 3; generations are
-        # the kills' re-formations plus the scale-ups.
-        assert 2 in sizes and sizes[0] == 3 and sizes[-1] == 3, sizes
+        # the kills' re-formations plus the scale-ups. Growing back waits for the slot's backoff
+        # (up to 2 s here) and then the next checkpoint, so after a last kill close to the end
+        # the job may rightly finish as 2: every earlier kill must have been grown back from.
+        assert sizes[0] == 3 and 2 in sizes, sizes
+        regrown = sum(1 for a, b in zip(sizes, sizes[1:]) if (a, b) == (2, 3))
+        assert regrown >= KILLS - 1, sizes
         assert status["generation"] == len(sizes) - 1, (status, sizes)
     else:
         # The same world every time, one generation per kill.
