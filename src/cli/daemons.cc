@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <cstdlib>
 #include <thread>
@@ -233,6 +234,7 @@ int RunAgentDaemon(const AgentFlags& flags) {
   if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
     options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
   }
+  const std::string work_dir = options.work_dir;
   auto agent = agent::Agent::Create(std::move(options));
   if (!agent.ok()) {
     spdlog::error("cannot start the agent: {}", std::string(agent.status().message()));
@@ -241,7 +243,16 @@ int RunAgentDaemon(const AgentFlags& flags) {
   SignalWatcher signals([&](int sig) {
     (*agent)->RequestStop(absl::StrCat("the agent received SIG", sigabbrev_np(sig)));
   });
-  return (*agent)->Run();
+  int code = (*agent)->Run();
+  if (!flags.slurm_place.empty()) {
+    // A Slurm node's scratch, one directory per job under /tmp/shoal-agents: the task output
+    // reached the master, and nothing else there outlives the agent's step. The job's
+    // directory goes with its last place.
+    std::error_code ec;
+    std::filesystem::remove_all(work_dir, ec);
+    std::filesystem::remove(std::filesystem::path(work_dir).parent_path(), ec);
+  }
+  return code;
 }
 
 }  // namespace shoal::cli

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
+#include "backends/slurm/slurm_backend.h"
 #include "client/commands.h"
 #include "master/tensorboard_sidecar.h"
 #include "client/job_directory.h"
@@ -162,6 +163,7 @@ int RunJob(const RunOptions& options) {
       return kExitUsage;
     }
   }
+  std::string listen_host = options.listen_host;
   nlohmann::json slurm = nlohmann::json::object();
   if (options.backend == "local") {
     spec::InventoryOptions inv_options;
@@ -172,6 +174,18 @@ int RunJob(const RunOptions& options) {
       return kExitUsage;
     }
   } else if (options.backend == "slurm") {
+    if (listen_host.empty()) {
+      // Where agents on the compute nodes can reach the master; asking Slurm also checks,
+      // before anything exists, that this machine can submit to it at all.
+      auto address = backends::SlurmBackend::AddressTowardsController();
+      if (!address.ok()) {
+        std::cerr << "shoal: --backend slurm: " << address.status().message()
+                  << "; is this a machine that can submit Slurm jobs (srun, scontrol, "
+                     "SLURM_CONF)? Give the address agents reach it at with --listen\n";
+        return kExitUsage;
+      }
+      listen_host = *address;
+    }
     // Checked here, before anything exists, with the job file's own rules.
     std::string flags;
     if (options.partition) flags += "  partition: \"" + *options.partition + "\"\n";
@@ -213,7 +227,7 @@ int RunJob(const RunOptions& options) {
       {"source_path", std::filesystem::absolute(options.job_file).string()},
       {"base_dir", std::filesystem::absolute(options.job_file).parent_path().string()},
       {"jobs_root", options.jobs_root},
-      {"listen_host", options.listen_host},
+      {"listen_host", listen_host},
       {"backend", options.backend},
   };
   if (!slurm.empty()) submit["slurm"] = slurm;

@@ -297,19 +297,17 @@ void Master::AgentDisconnected(uint64_t session_id) {
       backend_->TerminatePlace(node);
       FailTasksOnNode(node, why);
     };
-    bool outside = !leaving.empty() || backend_->SignalsTasksFromOutside();
-    if (!outside || phase_ == JobPhase::kStopping) {
-      lose(absl::StrCat("lost: the agent on ", node, " disconnected"));
-      return;
-    }
-    // Stopped from outside (the agent said so, or the resource manager may signal agents
-    // itself, as Slurm does on scancel, sometimes before the agent can say anything): the
-    // backend usually says why a moment later (a cancelled allocation), which ends the job as
-    // cancelled rather than as a failure to handle. A place the backend reports lost in the
-    // meantime is handled at once (OnPlaceLost).
     std::string why = leaving.empty() ? absl::StrCat("lost: the agent on ", node, " disconnected")
                                       : absl::StrCat("lost: the agent on ", node, " stopped: ",
                                                      leaving);
+    if (!backend_->SignalsTasksFromOutside() || phase_ == JobPhase::kStopping) {
+      lose(why);
+      return;
+    }
+    // The resource manager may stop agents itself (Slurm on scancel, sometimes before the
+    // agent can say anything): the backend usually says why a moment later (a cancelled
+    // allocation), which ends the job as cancelled rather than as a failure to handle. A place
+    // the backend reports lost in the meantime is handled at once (OnPlaceLost).
     loop_.PostAfter(options_.outside_stop_settle, [why, lose] { lose(why); });
   });
 }

@@ -56,8 +56,9 @@ struct MasterOptions {
   std::chrono::milliseconds register_timeout{30000};
   std::chrono::milliseconds stop_grace{3000};
   std::chrono::milliseconds admission_retry{1000};
-  // How long an agent stopped from outside Shoal (it said so before leaving) is given for the
-  // backend to report why, before its tasks count as failed.
+  // On backends whose resource manager signals agents and tasks itself (Slurm), how long a
+  // task's unrequested SIGTERM or an agent's disconnect waits for the backend to report why
+  // (a cancelled allocation) before it counts as a failure.
   std::chrono::milliseconds outside_stop_settle{2000};
   uint32_t agent_master_grace_ms = 10000;
   // Take over a job whose previous master died: rebuild its state from events.jsonl, listen on

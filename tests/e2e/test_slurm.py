@@ -6,6 +6,7 @@ slurm_cluster fixture brings it up before these tests and down after them."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -274,6 +275,9 @@ def test_node_slurm_marks_down_is_handled_by_the_failure_policy(start_shoal, wri
     finally:
         subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=RESUME"],
                        capture_output=True, timeout=30)
+        # Agents killed with their node cannot clear their scratch (the nodes share this
+        # machine's /tmp here).
+        shutil.rmtree(f"/tmp/shoal-agents/{job_dir.name}", ignore_errors=True)
         e2e.wait_until(lambda: set(sinfo_states().values()) == {"idle"}, 90,
                        "every node to be idle again")
 
@@ -358,3 +362,18 @@ def test_horovod_ranks_on_two_nodes_rendezvous_through_the_master(run_shoal, rep
     events = e2e.read_events(only_job_dir(jobs_dir))
     hosts = {e["hostname"] for e in e2e.events_of(events, "agent_registered")}
     assert hosts == {"sn1", "sn2"}, hosts
+
+
+def test_no_reachable_slurm_is_refused_before_anything_starts(run_shoal, write_job, jobs_dir,
+                                                              tmp_path):
+    job = write_job("""
+        name: slurm-nowhere
+        roles:
+          worker: {command: ["true"]}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=60,
+                  env={"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")})
+    assert r.returncode == 2, f"rc={r.returncode}\n{r.stderr}"
+    assert "--backend slurm: cannot ask Slurm for its controller" in r.stderr, r.stderr
+    assert "no-such-slurm.conf" in r.stderr, r.stderr  # Slurm's own words about what is wrong
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())

@@ -45,7 +45,8 @@ absl::StatusOr<std::string> RunQuick(const std::vector<std::string>& argv) {
     return plan.status();
   }
   int dev_null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  auto child = plan->Spawn(dev_null, out[1], dev_null, -1, {});
+  // stderr too: when the command fails, what it said is the message.
+  auto child = plan->Spawn(dev_null, out[1], out[1], -1, {});
   ::close(out[1]);
   if (dev_null >= 0) ::close(dev_null);
   if (!child.ok()) {
@@ -63,7 +64,8 @@ absl::StatusOr<std::string> RunQuick(const std::vector<std::string>& argv) {
   while (::waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return absl::UnavailableError(absl::StrCat(argv.front(), " failed: ", text));
+    return absl::UnavailableError(
+        absl::StrCat(argv.front(), " failed: ", absl::StripAsciiWhitespace(text)));
   }
   return text;
 }
