@@ -55,6 +55,8 @@ all_known_nodes() {
   { for i in $(seq 1 "$NODES"); do node_name "$i"; done; recorded_nodes; } | sort -u
 }
 
+# In pipelines, `grep -q` would stop reading at the first match and its writer die of SIGPIPE,
+# which pipefail turns into a failed test; plain grep >/dev/null reads to the end.
 # Reads /proc rather than kill -0 so that `status` works for non-root users too. A zombie
 # counts as dead: daemonizing orphans processes, and some container inits reap them late.
 pid_alive() {
@@ -88,7 +90,7 @@ require_root() {
 # ---------------------------------------------------------------------------------------
 
 pkg_installed() {
-  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep "install ok installed" >/dev/null
 }
 
 install_packages() {
@@ -308,7 +310,7 @@ write_hosts() {
 # route makes such traffic fail locally instead; the bridge's own route wins while it exists.
 # It is deliberately left in place by `down`.
 guard_route() {
-  if ! ip route show table main | grep -q "^unreachable $NET.0/24 .*metric $GUARD_METRIC"; then
+  if ! ip route show table main | grep "^unreachable $NET.0/24 .*metric $GUARD_METRIC" >/dev/null; then
     ip route add unreachable "$NET.0/24" metric "$GUARD_METRIC"
   fi
 }
@@ -337,7 +339,7 @@ net_up() {
 net_down() {
   local n
   for n in $(all_known_nodes); do
-    if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$n"; then ip netns del "$n"; fi
+    if ip netns list 2>/dev/null | awk '{print $1}' | grep -x "$n" >/dev/null; then ip netns del "$n"; fi
     # Deleting the namespace deletes the pair; this only catches a pair never moved into it.
     # (The kernel removes it asynchronously after the namespace goes, hence no error check.)
     if ip link show "veth-$n" >/dev/null 2>&1; then ip link del "veth-$n" 2>/dev/null || true; fi
@@ -395,7 +397,7 @@ stop_pid() {
 namespace_pids() {
   local n
   for n in $(all_known_nodes); do
-    if ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$n"; then
+    if ip netns list 2>/dev/null | awk '{print $1}' | grep -x "$n" >/dev/null; then
       ip netns pids "$n" 2>/dev/null || true
     fi
   done | tr '\n' ' '
@@ -489,7 +491,7 @@ anything_present() {
   pid_alive "$(pidfile_pid "$DIR/run/slurmctld.pid")" && return 0
   for n in $(all_known_nodes); do
     pid_alive "$(pidfile_pid "$DIR/run/slurmd-$n.pid")" && return 0
-    ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$n" && return 0
+    ip netns list 2>/dev/null | awk '{print $1}' | grep -x "$n" >/dev/null && return 0
   done
   ip link show "$BRIDGE" >/dev/null 2>&1 && return 0
   grep -qxF "$HOSTS_BEGIN" /etc/hosts && return 0
