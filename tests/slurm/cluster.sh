@@ -149,9 +149,11 @@ start_munge() {
   fi
   # /run is often a fresh tmpfs without the socket directory the package expects.
   install -d -o munge -g munge -m 755 /run/munge
-  if ! pgrep -x munged >/dev/null; then
+  # Ask munge itself rather than pgrep: an unreaped zombie munged would match pgrep.
+  if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     log "starting munged"
-    runuser -u munge -- /usr/sbin/munged
+    # 9>&-: a daemon must not inherit the up/down lock, or it holds it for its whole life.
+    runuser -u munge -- /usr/sbin/munged 9>&-
   fi
   local i
   for i in $(seq 1 50); do
@@ -361,7 +363,7 @@ start_daemons() {
   # UTS namespace named after the controller; it stays in the root network namespace.
   log "starting slurmctld ($CTL_NAME, $CTL_ADDR)"
   unshare --uts sh -c 'hostname "$1"; shift; exec "$@"' sh "$CTL_NAME" \
-    slurmctld -f "$CONF" </dev/null >>"$DIR/log/slurmctld.out" 2>&1 ||
+    slurmctld -f "$CONF" </dev/null >>"$DIR/log/slurmctld.out" 2>&1 9>&- ||
     fail "slurmctld did not start"
   local i n
   for i in $(seq 1 "$NODES"); do
@@ -371,7 +373,7 @@ start_daemons() {
     log "starting slurmd $n ($(node_addr "$i"))"
     # Own hostname per node: jobs (and gloo) resolve their own hostname to pick an address.
     ip netns exec "$n" unshare --uts sh -c 'hostname "$1"; shift; exec "$@"' sh "$n" \
-      slurmd -f "$CONF" -N "$n" </dev/null >>"$DIR/log/slurmd-$n.out" 2>&1 ||
+      slurmd -f "$CONF" -N "$n" </dev/null >>"$DIR/log/slurmd-$n.out" 2>&1 9>&- ||
       fail "slurmd $n did not start"
   done
 }
