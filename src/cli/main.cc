@@ -4,12 +4,15 @@
 
 #include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "cli/daemons.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
+#include "mpi/mpi_commands.h"
 
 namespace {
 
@@ -23,6 +26,17 @@ std::string SelfPath(const char* argv0) {
 
 int main(int argc, char** argv) {
   using shoal::client::kExitUsage;
+  // framework: mpi's task commands take Open MPI's arguments verbatim (orted's -mca ... for
+  // mpi-rsh, the MPI program after -- for mpi-launcher), so they bypass flag parsing.
+  if (argc >= 2) {
+    std::string sub = argv[1];
+    std::vector<std::string> rest(argv + 2, argv + argc);
+    if (sub == "mpi-rsh") return shoal::mpi::RunMpiRsh(rest);
+    if (sub == "mpi-worker" && rest.empty()) return shoal::mpi::RunMpiWorker();
+    if (sub == "mpi-launcher" && !rest.empty() && rest[0] == "--") {
+      return shoal::mpi::RunMpiLauncher(SelfPath(argv[0]), {rest.begin() + 1, rest.end()});
+    }
+  }
   CLI::App app{
       "Shoal runs distributed training jobs described in one YAML file, and supervises them.\n"
       "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 130 interrupted."};
@@ -113,6 +127,17 @@ int main(int argc, char** argv) {
   agent_cmd->add_flag("--no-task-output", no_task_output,
                       "Keep no copy of task output (the master's job directory is on this machine)");
 
+  // Listed for --help; main() runs them before parsing (above) when called the way the master
+  // calls them.
+  auto* mpi_launcher_cmd = app.add_subcommand(
+      "mpi-launcher", "Internal: an MPI job's launcher task (mpi-launcher -- PROGRAM...)");
+  mpi_launcher_cmd->allow_extras();
+  auto* mpi_worker_cmd =
+      app.add_subcommand("mpi-worker", "Internal: an MPI job's worker task, hosting its ranks");
+  mpi_worker_cmd->allow_extras();
+  app.add_subcommand("mpi-rsh", "Internal: Open MPI's remote shell into a worker task (mpi-rsh HOST COMMAND...)")
+      ->allow_extras();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -159,6 +184,11 @@ int main(int argc, char** argv) {
   if (tensorboard_cmd->parsed()) return shoal::client::ServeTensorBoard(root, job);
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover);
+  if (mpi_launcher_cmd->parsed() || mpi_worker_cmd->parsed()) {
+    std::cerr << "shoal: usage: shoal mpi-launcher -- PROGRAM [ARGS...] | shoal mpi-worker; "
+                 "both only run as the tasks of a framework: mpi job (docs/frameworks.md)\n";
+    return kExitUsage;
+  }
   if (agent_cmd->parsed()) {
     if (agent_fake->count() > 0) agent.fake_gpus = agent_fake_gpus;
     agent.keep_task_output = !no_task_output;

@@ -38,6 +38,9 @@ struct ClusterPlan {
   // address and port; port 0: none.
   std::string rendezvous_host;
   uint32_t rendezvous_port = 0;
+  // Shared by the job's tasks to authenticate to each other (framework: mpi's remote shell);
+  // derived from the job's token by the master. Never in the cluster spec JSON.
+  std::string task_secret;
   std::vector<TaskPlacement> tasks;  // ordered by global rank
 };
 

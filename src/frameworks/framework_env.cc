@@ -203,7 +203,31 @@ void AddHorovodVariables(const ClusterPlan& plan, const TaskPlacement& task, Env
   env["PYTHONUNBUFFERED"] = "1";
 }
 
+// What `shoal mpi-launcher`, `mpi-worker` and `mpi-rsh` need (src/mpi); the Open MPI variables
+// themselves are set by mpi-launcher, which knows where it wrote the hostfile.
+void AddMpiVariables(const spec::JobSpec& job, const ClusterPlan& plan, const TaskPlacement& task,
+                     Environment& env) {
+  if (task.role != "launcher" && task.role != "worker") return;
+  env["SHOAL_MPI_SECRET"] = plan.task_secret;
+  env["SHOAL_MPI_SLOTS_PER_WORKER"] = std::to_string(job.mpi.slots_per_worker);
+  env["PYTHONUNBUFFERED"] = "1";
+}
+
 }  // namespace
+
+std::vector<std::string> TaskArgv(const spec::JobSpec& job, const spec::Role& role,
+                                  const std::string& shoal_binary) {
+  std::vector<std::string> command = role.argv;
+  if (command.empty() && !role.shell.empty()) command = {"/bin/sh", "-c", role.shell};
+  if (job.framework != spec::Framework::kMpi) return command;
+  if (role.name == "worker") return {shoal_binary, "mpi-worker"};
+  if (role.name == "launcher") {
+    std::vector<std::string> argv = {shoal_binary, "mpi-launcher", "--"};
+    argv.insert(argv.end(), command.begin(), command.end());
+    return argv;
+  }
+  return command;
+}
 
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
                                  const TaskPlacement& task) {
@@ -229,6 +253,9 @@ Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& pl
       break;
     case spec::Framework::kHorovod:
       AddHorovodVariables(plan, task, env);
+      break;
+    case spec::Framework::kMpi:
+      AddMpiVariables(job, plan, task, env);
       break;
     case spec::Framework::kNone:
       break;

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "frameworks/cluster_plan.h"
 #include "spec/job_spec.h"
@@ -16,6 +17,12 @@ using Environment = std::map<std::string, std::string>;
 // lists every variable.
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
                                  const TaskPlacement& task);
+
+// What a task of `role` runs: its command (an argv, or /bin/sh -c for a shell string), except
+// under framework: mpi, where Shoal's own binary runs the launcher's command through mpirun
+// (`shoal mpi-launcher -- COMMAND`) and is the whole of each worker (`shoal mpi-worker`).
+std::vector<std::string> TaskArgv(const spec::JobSpec& job, const spec::Role& role,
+                                  const std::string& shoal_binary);
 
 // {"job_id", "restart_count", "cluster": {role: ["host:port", ...]}, "tasks": [...]} as JSON
 // text, the same for every task; the agent writes it to the file named in

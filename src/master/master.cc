@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "openssl/evp.h"
+#include "openssl/hmac.h"
 #include "frameworks/framework_env.h"
 #include "master/job_status_json.h"
 #include "master/master_service.h"
@@ -24,6 +26,19 @@
 
 namespace shoal::master {
 namespace {
+
+// HMAC-SHA256(token, "shoal-task-secret:" + job id) in hex: a secret the tasks share that a
+// recovering master derives again, and that reveals nothing of the token to the tasks.
+std::string TaskSecret(const std::string& token, const std::string& job_id) {
+  std::string data = "shoal-task-secret:" + job_id;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac, &len);
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += absl::StrFormat("%02x", mac[i]);
+  return hex;
+}
 
 v1::TaskState ToProto(TaskState s) {
   switch (s) {
@@ -574,6 +589,9 @@ bool Master::BuildPlan(bool journal) {
   std::map<std::string, uint32_t> node_rank, per_node_count, per_node_next, role_count, role_next;
   for (const auto& g : grants_) node_rank.try_emplace(host_of(g.name), node_rank.size());
   plan_.num_nodes = static_cast<uint32_t>(node_rank.size());
+  if (options_.spec.framework == spec::Framework::kMpi) {
+    plan_.task_secret = TaskSecret(options_.token, options_.job_id);
+  }
   if (horovod_rendezvous_) {
     plan_.rendezvous_host = horovod_rendezvous_->host();
     plan_.rendezvous_port = horovod_rendezvous_->port();
@@ -665,12 +683,8 @@ void Master::LaunchReadyRoles() {
       launch->mutable_task()->set_index(t.index);
       launch->mutable_task()->set_attempt(pending->attempt);
       launch->set_progress_timeout_ms(static_cast<uint32_t>(role.progress_timeout.count()));
-      if (!role.argv.empty()) {
-        for (const auto& a : role.argv) launch->add_argv(a);
-      } else {
-        launch->add_argv("/bin/sh");
-        launch->add_argv("-c");
-        launch->add_argv(role.shell);
+      for (const auto& a : frameworks::TaskArgv(options_.spec, role, options_.shoal_binary)) {
+        launch->add_argv(a);
       }
       for (const auto& [k, v] : frameworks::BuildTaskEnvironment(options_.spec, plan_, t)) {
         (*launch->mutable_env())[k] = v;

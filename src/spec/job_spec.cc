@@ -29,6 +29,8 @@ const char* FrameworkName(Framework f) {
       return "paddle";
     case Framework::kHorovod:
       return "horovod";
+    case Framework::kMpi:
+      return "mpi";
   }
   return "none";
 }

@@ -9,7 +9,7 @@
 
 namespace shoal::spec {
 
-enum class Framework { kNone, kPyTorch, kTensorFlow, kJax, kPaddle, kHorovod };
+enum class Framework { kNone, kPyTorch, kTensorFlow, kJax, kPaddle, kHorovod, kMpi };
 
 struct Resources {
   double cpus = 1.0;            // may be fractional; whole cores are pinned when they fit
@@ -126,6 +126,12 @@ struct TensorBoardConfig {
   std::vector<std::string> command;  // empty: Shoal's default TensorBoard (docs/tensorboard.md)
 };
 
+// An MPI job (`framework: mpi`, `mpi:` in the job file): the `launcher` role runs mpirun against
+// a hostfile of the `worker` tasks, each of which hosts this many ranks (docs/frameworks.md).
+struct MpiConfig {
+  uint32_t slots_per_worker = 1;
+};
+
 struct JobSpec {
   std::string name;
   Framework framework = Framework::kNone;
@@ -145,6 +151,7 @@ struct JobSpec {
   DatasetConfig dataset;
   SlurmConfig slurm;
   TensorBoardConfig tensorboard;
+  MpiConfig mpi;
 
   const Role* FindRole(const std::string& name) const;
   uint32_t TotalTasks() const;

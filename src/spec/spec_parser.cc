@@ -39,7 +39,7 @@ namespace {
 constexpr absl::string_view kTopKeys[] = {
     "name",         "framework",        "success", "roles",     "on_failure", "restart",
     "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset",
-    "slurm", "tensorboard"};
+    "slurm", "tensorboard", "mpi"};
 constexpr absl::string_view kRoleKeys[] = {
     "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
     "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
@@ -58,11 +58,12 @@ constexpr OnFailure kOnFailureValues[] = {OnFailure::kFailJob, OnFailure::kResta
                                           OnFailure::kRestartGroup, OnFailure::kElastic};
 constexpr RestartMode kRestartValues[] = {RestartMode::kNever, RestartMode::kOnFailure,
                                           RestartMode::kAlways};
-constexpr absl::string_view kFrameworks[] = {"none",   "pytorch", "tensorflow",
-                                             "jax",    "paddle",  "horovod"};
-// Known frameworks that Shoal does not run yet; named apart so the message says "not yet"
-// rather than "unknown".
-constexpr absl::string_view kFutureFrameworks[] = {"mpi"};
+constexpr absl::string_view kFrameworks[] = {"none",  "pytorch", "tensorflow", "jax",
+                                             "paddle", "horovod", "mpi"};
+constexpr absl::string_view kMpiKeys[] = {"slots_per_worker"};
+// framework: mpi gives these role names their meaning (Kubeflow MPIJob's names).
+constexpr char kMpiLauncher[] = "launcher";
+constexpr char kMpiWorker[] = "worker";
 
 // Bounds that keep totals far from integer overflow; no real job comes near them.
 constexpr int64_t kMaxInstances = 100000;
@@ -568,10 +569,8 @@ class Parser {
           spec.framework = Framework::kPaddle;
         } else if (*text == "horovod") {
           spec.framework = Framework::kHorovod;
-        } else if (std::find(std::begin(kFutureFrameworks), std::end(kFutureFrameworks), *text) !=
-                   std::end(kFutureFrameworks)) {
-          Error(e->line, "framework",
-                absl::StrCat("'", *text, "' is not supported yet; accepted values: ", accepted));
+        } else if (*text == "mpi") {
+          spec.framework = Framework::kMpi;
         } else {
           std::string hint;
           if (auto closest = Closest(*text, kFrameworks)) {
@@ -592,6 +591,8 @@ class Parser {
     if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
     if (const Entry* e = Find(entries, "slurm")) ParseSlurm(*e, spec.slurm);
     if (const Entry* e = Find(entries, "tensorboard")) ParseTensorBoard(*e, spec.tensorboard);
+    if (const Entry* e = Find(entries, "mpi")) ParseMpi(*e, spec);
+    framework_ = spec.framework;
 
     std::vector<RoleSite> sites;
     const Entry* roles_entry = Find(entries, "roles");
@@ -614,9 +615,12 @@ class Parser {
       }
     }
 
+    bool mpi = spec.framework == Framework::kMpi && roles_entry != nullptr;
+    if (mpi) CheckMpiRoles(*roles_entry, sites, spec);
     CheckDependencies(spec, sites);
     ParseSuccess(Find(entries, "success"), roles_entry, spec);
     ResolveFailureHandling(job_failure, sites, spec);
+    if (mpi) CheckMpiNotElastic(spec);
   }
 
   Role ParseRole(const Entry& r, RoleSite& site) {
@@ -654,9 +658,16 @@ class Parser {
       }
     }
 
+    bool mpi_worker = framework_ == Framework::kMpi && r.key == kMpiWorker;
     if (const Entry* e = Find(entries, "command")) {
-      ParseCommand(*e, JoinKey(path, "command"), role);
-    } else {
+      if (mpi_worker) {
+        Error(e->line, JoinKey(path, "command"),
+              "framework: mpi runs Shoal's MPI host in the worker tasks, which mpirun starts the "
+              "ranks in; remove this command and put the MPI program in the launcher's command");
+      } else {
+        ParseCommand(*e, JoinKey(path, "command"), role);
+      }
+    } else if (!mpi_worker) {
       Error(r.line, JoinKey(path, "command"), absl::StrCat("required; expected ", kCommandForm));
     }
 
@@ -852,6 +863,72 @@ class Parser {
     if (const Entry* k = Find(entries, "keep")) {
       if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
         out.keep = static_cast<uint32_t>(*n);
+      }
+    }
+  }
+
+  void ParseMpi(const Entry& e, JobSpec& spec) {
+    const std::string path = "mpi";
+    if (e.value.IsNull()) return;
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map, e.g. {slots_per_worker: 2}, got ", Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kMpiKeys);
+    if (const Entry* s = Find(entries, "slots_per_worker")) {
+      if (auto n = Integer(*s, JoinKey(path, "slots_per_worker"), 1, kMaxInstances)) {
+        spec.mpi.slots_per_worker = static_cast<uint32_t>(*n);
+      }
+    }
+    if (spec.framework != Framework::kMpi) {
+      Error(e.line, path,
+            absl::StrCat("only applies to framework: mpi; this job's framework is ",
+                         FrameworkName(spec.framework)));
+    }
+  }
+
+  // The shape of Kubeflow's MPIJob: one `launcher` that runs mpirun, and `worker` tasks that
+  // only host ranks. The workers never end by themselves (untracked); the launcher starts once
+  // they all run; an MPI world cannot change size, so neither role is elastic.
+  void CheckMpiRoles(const Entry& roles_entry, std::vector<RoleSite>& sites, JobSpec& spec) {
+    Role* launcher = nullptr;
+    RoleSite* launcher_site = nullptr;
+    Role* worker = nullptr;
+    for (size_t i = 0; i < spec.roles.size(); ++i) {
+      if (spec.roles[i].name == kMpiLauncher) {
+        launcher = &spec.roles[i];
+        launcher_site = &sites[i];
+      }
+      if (spec.roles[i].name == kMpiWorker) worker = &spec.roles[i];
+    }
+    if (launcher == nullptr || worker == nullptr) {
+      Error(roles_entry.line, "roles",
+            "framework: mpi needs a 'launcher' role (one task whose command is the MPI program, "
+            "run through mpirun) and a 'worker' role (the tasks that host the ranks, without a "
+            "command)");
+      return;
+    }
+    if (launcher->instances != 1 || launcher->min_instances != 0) {
+      Error(launcher->line, "roles.launcher.instances",
+            absl::StrCat("framework: mpi runs exactly one launcher, got ", launcher->instances));
+    }
+    worker->untracked = true;
+    if (std::find(launcher->depends_on.begin(), launcher->depends_on.end(), kMpiWorker) ==
+        launcher->depends_on.end()) {
+      launcher->depends_on.push_back(kMpiWorker);
+      launcher_site->depends_on_item_lines.push_back(launcher->line);
+    }
+  }
+
+  void CheckMpiNotElastic(const JobSpec& spec) {
+    for (const Role& r : spec.roles) {
+      if ((r.name == kMpiLauncher || r.name == kMpiWorker) &&
+          (r.on_failure == OnFailure::kElastic || r.min_instances != 0)) {
+        Error(r.line, JoinKey("roles", r.name),
+              "an MPI world cannot change size while it runs, so framework: mpi roles cannot be "
+              "elastic; use on_failure: restart-group to restart the whole world");
       }
     }
   }
@@ -1409,6 +1486,7 @@ class Parser {
 
   const std::string source_;
   const std::string base_dir_;  // absolute
+  Framework framework_ = Framework::kNone;  // known before the roles are parsed
   std::vector<Problem> problems_;
 };
 

@@ -364,6 +364,33 @@ def test_horovod_ranks_on_two_nodes_rendezvous_through_the_master(run_shoal, rep
     assert hosts == {"sn1", "sn2"}, hosts
 
 
+def test_mpi4py_ranks_on_two_nodes_through_shoals_remote_shell(run_shoal, repo_root, tmp_path):
+    # The MPI example with 1 CPU and 2 GiB for every task: one request, so one component of
+    # the Slurm job (components of a heterogeneous job never share a node on 22.05, and three
+    # would not fit on two nodes), and at most two tasks per 4 GiB node, laid out in rank
+    # order: launcher and worker 0 on one node, worker 1 on the other. mpirun in the launcher
+    # starts Open MPI's daemon on the other node through `shoal mpi-rsh`, not ssh, and the
+    # ranks talk over the cluster network.
+    example = repo_root / "examples" / "mpi"
+    text = (example / "job.yaml").read_text()
+    text = text.replace("resources: {cpus: 0.1, memory: 256MiB}", "resources: {cpus: 1, memory: 2GiB}")
+    text = text.replace("resources: {cpus: 0.9, memory: 1GiB}", "resources: {cpus: 1, memory: 2GiB}")
+    text = text.replace('"train.py"', f'"{example / "train.py"}"')
+    assert text.count("resources: {cpus: 1, memory: 2GiB}") == 2 and str(example) in text
+    job = tmp_path / "job.yaml"
+    job.write_text(text)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=180)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    metrics = [json.loads(l.split(" | ", 1)[1]) for l in r.stdout.splitlines()
+               if l.startswith("launcher:0 | {")]
+    assert metrics, r.stdout
+    m = metrics[-1]
+    assert m["value"] >= 0.85 and m["world_size"] == 2 and m["weights_identical"], m
+    by_task = {h["shoal_task"]: h["host"] for h in m["hosts"]}
+    assert set(by_task) == {"worker:0", "worker:1"}, m
+    assert set(by_task.values()) == {"sn1", "sn2"}, m
+
+
 def test_no_reachable_slurm_is_refused_before_anything_starts(run_shoal, write_job, jobs_dir,
                                                               tmp_path):
     job = write_job("""

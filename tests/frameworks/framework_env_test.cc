@@ -263,5 +263,51 @@ TEST(FrameworkEnvTest, HorovodOnOneMachineUsesLoopback) {
   EXPECT_EQ(env.at("HOROVOD_CPU_OPERATIONS"), "gloo");
 }
 
+
+// --- mpi -----------------------------------------------------------------------------------
+
+TEST(FrameworkEnvTest, MpiLauncherAndWorkersOnTwoNodesMatchGolden) {
+  spec::Role launcher = MakeRole("launcher", 1);
+  spec::Role worker = MakeRole("worker", 2);
+  worker.argv.clear();
+  auto job = Job(spec::Framework::kMpi, {launcher, worker});
+  job.mpi.slots_per_worker = 2;
+  ClusterPlan plan = MakePlan(job, 2);
+  plan.task_secret = "0123abcd";
+  ExpectGolden("mpi_launcher_two_workers_two_nodes", Render(job, plan));
+  // The secret authenticates mpi-rsh to the workers; it never reaches the cluster spec file.
+  EXPECT_EQ(ClusterSpecJson(plan).find("0123abcd"), std::string::npos);
+}
+
+TEST(FrameworkEnvTest, MpiWrapsTheLauncherCommandAndRunsShoalInWorkers) {
+  spec::Role launcher = MakeRole("launcher", 1);
+  spec::Role worker = MakeRole("worker", 2);
+  worker.argv.clear();
+  spec::Role other = MakeRole("tensorboard", 1);
+  other.argv.clear();
+  other.shell = "tensorboard --logdir runs";
+  auto job = Job(spec::Framework::kMpi, {launcher, worker, other});
+  EXPECT_EQ(TaskArgv(job, job.roles[0], "/opt/shoal"),
+            (std::vector<std::string>{"/opt/shoal", "mpi-launcher", "--", "python3", "train.py"}));
+  EXPECT_EQ(TaskArgv(job, job.roles[1], "/opt/shoal"),
+            (std::vector<std::string>{"/opt/shoal", "mpi-worker"}));
+  // Roles outside the MPI world run their own command.
+  EXPECT_EQ(TaskArgv(job, job.roles[2], "/opt/shoal"),
+            (std::vector<std::string>{"/bin/sh", "-c", "tensorboard --logdir runs"}));
+  Environment env = BuildTaskEnvironment(job, MakePlan(job, 4), MakePlan(job, 4).tasks[3]);
+  EXPECT_EQ(env.count("SHOAL_MPI_SECRET"), 0u);
+}
+
+TEST(FrameworkEnvTest, OtherFrameworksRunTheRoleCommandAsWritten) {
+  spec::Role shell = MakeRole("worker", 1);
+  shell.argv.clear();
+  shell.shell = "python3 train.py --epochs 2";
+  auto job = Job(spec::Framework::kPyTorch, {MakeRole("chief", 1), shell});
+  EXPECT_EQ(TaskArgv(job, job.roles[0], "/opt/shoal"),
+            (std::vector<std::string>{"python3", "train.py"}));
+  EXPECT_EQ(TaskArgv(job, job.roles[1], "/opt/shoal"),
+            (std::vector<std::string>{"/bin/sh", "-c", "python3 train.py --epochs 2"}));
+}
+
 }  // namespace
 }  // namespace shoal::frameworks

@@ -736,16 +736,6 @@ roles:
 
 // --- Framework ----------------------------------------------------------------------------------
 
-TEST(SpecParserTest, RejectsUnsupportedFrameworkListingAcceptedValues) {
-  for (const char* name : {"mpi"}) {
-    std::string msg =
-        Refusal(std::string("name: j\nframework: ") + name + "\nroles:\n  a: {command: [x]}\n");
-    EXPECT_EQ(msg, std::string("job.yaml:2: framework: '") + name +
-                       "' is not supported yet; accepted values: none, pytorch, tensorflow, jax, "
-                       "paddle, horovod");
-  }
-}
-
 TEST(SpecParserTest, AcceptsEveryAdaptedFramework) {
   for (const char* name : {"none", "pytorch", "tensorflow", "jax", "paddle", "horovod"}) {
     auto spec = ParseJobSpec(std::string("name: j\nframework: ") + name +
@@ -756,10 +746,72 @@ TEST(SpecParserTest, AcceptsEveryAdaptedFramework) {
   }
 }
 
+// --- framework: mpi ------------------------------------------------------------------------------
+
+constexpr char kMpiJob[] = R"yaml(name: mpi-job
+framework: mpi
+mpi: {slots_per_worker: 2}
+roles:
+  launcher:
+    command: [python3, train.py]
+  worker:
+    instances: 3
+)yaml";
+
+TEST(SpecParserTest, MpiJobMakesWorkersUntrackedAndStartsTheLauncherAfterThem) {
+  absl::StatusOr<JobSpec> spec = Parse(kMpiJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->framework, Framework::kMpi);
+  EXPECT_EQ(spec->mpi.slots_per_worker, 2u);
+  const Role* worker = spec->FindRole("worker");
+  ASSERT_NE(worker, nullptr);
+  EXPECT_TRUE(worker->untracked);
+  EXPECT_TRUE(worker->argv.empty() && worker->shell.empty());
+  EXPECT_THAT(spec->FindRole("launcher")->depends_on, ElementsAre("worker"));
+  EXPECT_THAT(spec->success_roles, ElementsAre("launcher"));
+}
+
+TEST(SpecParserTest, MpiWorkerWithACommandIsRefused) {
+  std::string msg = Refusal(std::string(kMpiJob) + "    command: [python3, train.py]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:9: roles.worker.command: framework: mpi runs Shoal's MPI "
+                             "host in the worker tasks"));
+}
+
+TEST(SpecParserTest, MpiNeedsALauncherAndAWorkerRole) {
+  std::string msg = Refusal("name: j\nframework: mpi\nroles:\n  trainer: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles: framework: mpi needs a 'launcher' role"));
+}
+
+TEST(SpecParserTest, MpiRunsExactlyOneLauncher) {
+  std::string msg = Refusal(
+      "name: j\nframework: mpi\nroles:\n  launcher: {command: [x], instances: 2}\n  worker: {}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.launcher.instances: framework: mpi runs exactly "
+                             "one launcher, got 2"));
+}
+
+TEST(SpecParserTest, MpiRolesCannotBeElastic) {
+  std::string msg = Refusal(
+      "name: j\nframework: mpi\nroles:\n  launcher: {command: [x]}\n"
+      "  worker: {instances: {min: 1, max: 3}}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.worker: an MPI world cannot change size"));
+}
+
+TEST(SpecParserTest, MpiSectionNeedsFrameworkMpiAndPositiveSlots) {
+  EXPECT_THAT(Refusal("name: j\nmpi: {slots_per_worker: 2}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: mpi: only applies to framework: mpi; this job's framework "
+                        "is none"));
+  std::string bad = kMpiJob;
+  bad.replace(bad.find("slots_per_worker: 2"), 19, "slots_per_worker: 0");
+  EXPECT_THAT(Refusal(bad), HasSubstr("job.yaml:3: mpi.slots_per_worker: must be"));
+  bad = kMpiJob;
+  bad.replace(bad.find("slots_per_worker: 2"), 19, "slots: 2");
+  EXPECT_THAT(Refusal(bad), HasSubstr("job.yaml:3: mpi.slots: unknown key"));
+}
+
 TEST(SpecParserTest, RejectsUnknownFrameworkSuggestingTheClosest) {
   std::string msg = Refusal("name: j\nframework: pytroch\nroles:\n  a: {command: [x]}\n");
   EXPECT_EQ(msg, "job.yaml:2: framework: unknown framework 'pytroch'; did you mean 'pytorch'? "
-                 "accepted values: none, pytorch, tensorflow, jax, paddle, horovod");
+                 "accepted values: none, pytorch, tensorflow, jax, paddle, horovod, mpi");
 }
 
 // --- Failure handling: accepted forms -----------------------------------------------------------
@@ -1559,7 +1611,7 @@ TEST(SpecParserTest, RejectsUnreadableFileNamingThePath) {
 
 TEST(SpecParserTest, ReportsEveryErrorInFileOrder) {
   std::string msg = Refusal(R"yaml(name: bad name
-framework: mpi
+framework: mpich
 roles:
   worker:
     instances: 0
@@ -1571,7 +1623,7 @@ roles:
 )yaml");
   EXPECT_THAT(Lines(msg),
               ElementsAre(HasSubstr("job.yaml:1: name: must be"),
-                          HasSubstr("job.yaml:2: framework: 'mpi' is not supported yet"),
+                          HasSubstr("job.yaml:2: framework: unknown framework 'mpich'"),
                           HasSubstr("job.yaml:5: roles.worker.instances: must be an integer"),
                           HasSubstr("job.yaml:6: roles.worker.command: must not be empty"),
                           HasSubstr("job.yaml:7: roles.worker.resources.gpu: unknown key"),

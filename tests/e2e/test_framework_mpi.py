@@ -1,0 +1,224 @@
+"""examples/mpi and framework: mpi. An mpi4py program runs under mpirun, which Shoal's launcher
+task points at a hostfile of the worker tasks and at `shoal mpi-rsh`, so that every rank runs
+inside a worker task. Also the pieces on their own: `shoal mpi-worker` refuses callers without
+the job's secret and stops a command whose caller went away."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import framework_examples as fx
+import shoal_e2e as e2e
+
+ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def require_mpi():
+    assert os.access("/usr/bin/mpirun", os.X_OK), "mpirun is missing: run ./setup.sh (openmpi-bin)"
+    r = subprocess.run([e2e.PYTHON, "-c", "import mpi4py"], capture_output=True, text=True)
+    assert r.returncode == 0, f"mpi4py is missing: run ./setup.sh (python3-mpi4py)\n{r.stderr}"
+
+
+def lines_of(stdout, task):
+    return [l[len(task) + 3:] for l in stdout.splitlines() if l.startswith(f"{task} | ")]
+
+
+def test_mpi_example_trains_with_one_rank_in_each_worker_task(run_shoal, repo_root):
+    require_mpi()
+    r = run_shoal("run", repo_root / "examples" / "mpi" / "job.yaml", timeout=180, env=ROOT_OK)
+    metrics = fx.check_trained(r, "launcher:0", 0.85)
+    assert metrics["world_size"] == 2 and metrics["weights_identical"] is True, metrics
+    # Each rank ran in its own worker task (it inherited that task's SHOAL_ROLE/SHOAL_INDEX).
+    assert sorted(h["shoal_task"] for h in metrics["hosts"]) == ["worker:0", "worker:1"], metrics
+    for w in ("worker:0", "worker:1"):
+        assert any("hosting MPI ranks" in l for l in lines_of(r.stdout, w)), r.stdout
+    assert any("running: mpirun -np 2 --bind-to none" in l
+               for l in lines_of(r.stdout, "launcher:0")), r.stdout
+
+
+RANKS_PROGRAM = (
+    "from mpi4py import MPI; import os; c = MPI.COMM_WORLD; "
+    "t = c.gather(os.environ['SHOAL_ROLE'] + ':' + os.environ['SHOAL_INDEX'], root=0); "
+    "s = c.allreduce(c.rank + 1); "
+    "c.rank == 0 and print('ranks', c.size, 'sum', s, 'tasks', ','.join(sorted(t)), flush=True)")
+
+
+def test_a_launcher_command_that_runs_mpirun_itself_gets_the_hostfile(run_shoal, write_job):
+    require_mpi()
+    job = write_job(f"""
+        name: mpi-own-mpirun
+        framework: mpi
+        mpi: {{slots_per_worker: 2}}
+        roles:
+          launcher:
+            command: [mpirun, -np, "3", --bind-to, none, /usr/bin/python3, -c, "{RANKS_PROGRAM}"]
+            resources: {{cpus: 0.1}}
+            env: {json.dumps(ROOT_OK)}
+          worker:
+            instances: 2
+            resources: {{cpus: 0.5}}
+            env: {json.dumps(ROOT_OK)}
+        """)
+    r = run_shoal("run", job, timeout=120)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    out = lines_of(r.stdout, "launcher:0")
+    # Three ranks over 2 workers x 2 slots: Open MPI fills worker 0 first.
+    assert "ranks 3 sum 6 tasks worker:0,worker:0,worker:1" in out, r.stdout
+    assert any("running: mpirun -np 3" in l for l in out), r.stdout
+
+
+def test_a_failing_rank_fails_the_job_and_leaves_no_process(run_shoal, write_job, jobs_dir):
+    require_mpi()
+    program = ("from mpi4py import MPI; import sys; c = MPI.COMM_WORLD; c.Barrier(); "
+               "sys.exit(3 if c.rank == 1 else 0)")
+    job = write_job(f"""
+        name: mpi-failing-rank
+        framework: mpi
+        roles:
+          launcher:
+            command: [/usr/bin/python3, -c, "{program}"]
+            resources: {{cpus: 0.1}}
+            env: {json.dumps(ROOT_OK)}
+          worker:
+            instances: 2
+            resources: {{cpus: 0.5}}
+            env: {json.dumps(ROOT_OK)}
+        """)
+    r = run_shoal("run", job, timeout=120)
+    assert r.returncode == 1, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "launcher:0" in r.stderr and "failed" in r.stderr, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    e2e.wait_until(lambda: not e2e.job_processes(job_dir.name, job_dir), 15,
+                   "every process of the failed MPI job (orted, ranks) to be gone")
+
+
+def test_a_worker_role_with_a_command_is_refused_before_anything_starts(run_shoal, write_job,
+                                                                       jobs_dir):
+    job = write_job("""
+        name: mpi-bad
+        framework: mpi
+        roles:
+          launcher: {command: [/usr/bin/python3, train.py]}
+          worker:
+            instances: 2
+            command: [/usr/bin/python3, train.py]
+        """)
+    r = run_shoal("run", job, timeout=30)
+    assert r.returncode == 2, r
+    assert "job.yaml:7: roles.worker.command: framework: mpi runs Shoal's MPI host" in r.stderr, r.stderr
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
+
+
+# --- mpi-worker and mpi-rsh on their own -----------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MpiWorker:
+    """A real `shoal mpi-worker` serving as worker 0 of a hand-written cluster spec."""
+
+    def __init__(self, shoal_bin, tmp_path, secret):
+        self.port = free_port()
+        self.spec = tmp_path / "cluster.json"
+        self.spec.write_text(json.dumps({"job_id": "j", "restart_count": 0, "cluster": {},
+                                         "tasks": [{"role": "worker", "index": 0, "rank": 0,
+                                                    "node": "n", "address": "127.0.0.1",
+                                                    "port": self.port}]}))
+        self.log = tmp_path / "worker.log"
+        self.shoal_bin = shoal_bin
+        env = e2e.base_env({"SHOAL_CLUSTER_SPEC_FILE": str(self.spec), "SHOAL_ROLE": "worker",
+                            "SHOAL_INDEX": "0", "SHOAL_MPI_SECRET": secret})
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen([shoal_bin, "mpi-worker"], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        e2e.wait_until(lambda: "hosting MPI ranks" in self.log.read_text(), 10,
+                       "mpi-worker to listen")
+
+    def rsh(self, secret, *words, wait=True):
+        env = e2e.base_env({"SHOAL_CLUSTER_SPEC_FILE": str(self.spec), "SHOAL_MPI_SECRET": secret})
+        p = subprocess.Popen([self.shoal_bin, "mpi-rsh", *words], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if not wait:
+            return p
+        out, err = p.communicate(timeout=30)
+        return p.returncode, out, err
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def process_with_argv(argv):
+    want = "\0".join(argv).encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().rstrip(b"\0") == want:
+                    return int(pid)
+        except OSError:
+            pass
+    return None
+
+
+def test_mpi_rsh_runs_a_command_in_the_worker_and_returns_its_exit_code(shoal_bin, tmp_path):
+    worker = MpiWorker(shoal_bin, tmp_path, "s3cret")
+    try:
+        marker = tmp_path / "ran"
+        rc, _, err = worker.rsh("s3cret", "shoal-worker-0", "",
+                                f"echo \"[$SHOAL_MPI_SECRET]\" > {marker}; exit 7")
+        assert rc == 7, err
+        # The command ran, and without the secret: the ranks have no use for it.
+        assert marker.read_text() == "[]\n"
+        rc, _, err = worker.rsh("s3cret", "shoal-worker-3", "true")
+        assert rc == 255 and "unknown host 'shoal-worker-3'" in err, err
+    finally:
+        worker.stop()
+
+
+def test_mpi_worker_refuses_a_caller_without_the_jobs_secret(shoal_bin, tmp_path):
+    worker = MpiWorker(shoal_bin, tmp_path, "s3cret")
+    try:
+        marker = tmp_path / "must-not-exist"
+        rc, _, err = worker.rsh("guess", "shoal-worker-0", f"touch {marker}")
+        assert rc == 255 and "wrong secret" in err, err
+        assert not marker.exists()
+        assert "does not hold this job's secret" in worker.log.read_text()
+        # A malformed request is refused too, and the worker keeps serving.
+        with socket.create_connection(("127.0.0.1", worker.port)) as s:
+            s.sendall(b"{not json\n")
+            assert b"error" in s.makefile("rb").readline()
+        rc, _, err = worker.rsh("s3cret", "shoal-worker-0", "exit 0")
+        assert rc == 0, err
+    finally:
+        worker.stop()
+
+
+def test_mpi_worker_stops_the_command_when_its_caller_goes_away(shoal_bin, tmp_path):
+    worker = MpiWorker(shoal_bin, tmp_path, "s3cret")
+    try:
+        rsh = worker.rsh("s3cret", "shoal-worker-0", "exec sleep 301", wait=False)
+        pid = e2e.wait_until(lambda: process_with_argv(["sleep", "301"]), 10,
+                             "the remote command to start")
+        rsh.kill()  # as mpirun does to its remote shells when it aborts
+        rsh.wait(timeout=10)
+        e2e.wait_until(lambda: process_with_argv(["sleep", "301"]) != pid, 10,
+                       "the worker to stop the command of the caller that went away")
+        # SIGTERM ends the worker and whatever it still runs.
+        rsh = worker.rsh("s3cret", "shoal-worker-0", "exec sleep 302", wait=False)
+        e2e.wait_until(lambda: process_with_argv(["sleep", "302"]), 10, "the second command")
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.proc.wait(timeout=15) == 0
+        assert process_with_argv(["sleep", "302"]) is None
+        rsh.wait(timeout=10)
+        # The caller learns that the command did not finish: 143 (it died of SIGTERM) or 255
+        # (the worker was gone before it could say so).
+        assert rsh.returncode in (143, 255), rsh.returncode
+    finally:
+        worker.stop()
