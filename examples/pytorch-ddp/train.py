@@ -259,11 +259,14 @@ def main():
         # CPU time of this process (all its threads) per step: what the step itself costs,
         # far less sensitive than wall time to other load on a shared machine.
         mean_cpu_ms = 1000.0 * sum(step_cpu) / len(step_cpu) if step_cpu else None
+        # The median step: what a step costs when nothing else on the machine interrupts it.
+        median_step_ms = 1000.0 * sorted(step_times)[len(step_times) // 2] if step_times else None
         log(json.dumps({
             "metric": "accuracy",
             "value": round(accuracy, 4),
             "mean_step_ms": None if mean_step_ms is None else round(mean_step_ms, 4),
             "mean_step_cpu_ms": None if mean_cpu_ms is None else round(mean_cpu_ms, 4),
+            "median_step_ms": None if median_step_ms is None else round(median_step_ms, 4),
             "steps": len(step_times),
             "world_size": world_size,
         }))
