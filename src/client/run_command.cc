@@ -16,7 +16,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "backends/slurm/slurm_backend.h"
+#include "backends/slurm/srun_command.h"
+#include "common/byte_size.h"
 #include "client/commands.h"
 #include "master/tensorboard_sidecar.h"
 #include "client/job_directory.h"
@@ -91,6 +94,31 @@ class Console {
   bool drawn_ = false;
   std::string status_;
 };
+
+// Slurm 22.05 never puts two components of a heterogeneous job on one node, so a job with
+// more distinct per-task requests than the partition has nodes would stay queued forever
+// (Slurm's reason: None). Refused here instead; when sinfo cannot tell, srun decides.
+absl::Status CheckComponentsFitPartition(const spec::JobSpec& job, const std::string& partition) {
+  std::vector<backends::SlurmComponent> components = backends::SlurmComponents(job);
+  if (components.size() < 2) return absl::OkStatus();
+  auto nodes = backends::SlurmBackend::PartitionNodeCount(partition);
+  if (!nodes.ok() || components.size() <= *nodes) return absl::OkStatus();
+  std::vector<std::string> requests;
+  for (const auto& c : components) {
+    std::vector<std::string> roles;
+    for (const auto& part : c.roles) roles.push_back(part.role);
+    requests.push_back(absl::StrCat(absl::StrJoin(roles, "+"), ": ", c.per_task.cpus, " CPUs, ",
+                                    FormatByteSize(c.per_task.memory_bytes), ", ",
+                                    c.per_task.gpus, " GPUs"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "its roles ask ", components.size(), " different per-task resources (",
+      absl::StrJoin(requests, "; "), "), so Slurm runs it as a heterogeneous job of ",
+      components.size(), " components, which never share a node, and partition ",
+      partition.empty() ? "(the default)" : "'" + partition + "'", " has ", *nodes,
+      " node(s); give roles the same resources (cpus, memory, gpus) so that they share a "
+      "component"));
+}
 
 absl::Status StartMaster(const std::string& shoal_binary, const std::string& job_dir, bool recover,
                          pid_t* pid) {
@@ -209,6 +237,13 @@ int RunJob(const RunOptions& options) {
       if (options.account) slurm["account"] = checked->slurm.account;
       if (options.constraint) slurm["constraint"] = checked->slurm.constraint;
       if (options.time_limit) slurm["time_limit_ms"] = checked->slurm.time_limit.count();
+    }
+    if (auto st = CheckComponentsFitPartition(
+            *spec, options.partition ? *options.partition : spec->slurm.partition);
+        !st.ok()) {
+      std::cerr << "shoal: the job can never run on this Slurm partition: " << st.message()
+                << "\n";
+      return kExitUsage;
     }
   } else {
     std::cerr << "shoal: unknown backend '" << options.backend << "'; use local or slurm\n";

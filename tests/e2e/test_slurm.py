@@ -391,6 +391,26 @@ def test_mpi4py_ranks_on_two_nodes_through_shoals_remote_shell(run_shoal, repo_r
     assert set(by_task.values()) == {"sn1", "sn2"}, m
 
 
+def test_more_distinct_requests_than_nodes_is_refused_before_anything_starts(run_shoal,
+                                                                             write_job, jobs_dir):
+    # Three different per-task requests make three components of a heterogeneous job, which
+    # never share a node: on two nodes Slurm would keep the job queued forever.
+    job = write_job("""
+        name: slurm-three-components
+        roles:
+          a: {command: [/bin/true], resources: {cpus: 1}}
+          b: {command: [/bin/true], resources: {cpus: 2}}
+          c: {command: [/bin/true], resources: {cpus: 3}}
+        """)
+    r = run_shoal("run", "--backend", "slurm", job, timeout=60)
+    assert r.returncode == 2, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert ("the job can never run on this Slurm partition: its roles ask 3 different per-task "
+            "resources") in r.stderr, r.stderr
+    assert "partition (the default) has 2 node(s)" in r.stderr, r.stderr
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
+    assert not squeue_jobs("shoal-slurm-three-components")
+
+
 def test_no_reachable_slurm_is_refused_before_anything_starts(run_shoal, write_job, jobs_dir,
                                                               tmp_path):
     job = write_job("""

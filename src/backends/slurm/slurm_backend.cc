@@ -14,9 +14,11 @@
 #include <chrono>
 #include <cstring>
 #include <regex>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -353,6 +355,31 @@ void SlurmBackend::Release() {
   }
   // A job srun left behind (it was killed, or never got its allocation) must not hold nodes.
   if (started && !clean) CancelSlurmJob();
+}
+
+absl::StatusOr<uint32_t> SlurmBackend::PartitionNodeCount(const std::string& partition) {
+  // "%P %D": partition name (the default one marked '*') and its node count, one line each.
+  auto out = RunQuick({"sinfo", "-h", "-o", "%P %D"});
+  if (!out.ok()) return out.status();
+  uint32_t total = 0;
+  bool found = false;
+  std::istringstream lines(*out);
+  std::string name, count;
+  while (lines >> name >> count) {
+    bool is_default = !name.empty() && name.back() == '*';
+    if (is_default) name.pop_back();
+    if (partition.empty() ? !is_default : name != partition) continue;
+    uint32_t n = 0;
+    if (!absl::SimpleAtoi(count, &n)) continue;
+    // A partition may come on several lines (sinfo groups nodes by what it shows): sum them.
+    total += n;
+    found = true;
+  }
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat("sinfo lists no partition ",
+                                            partition.empty() ? "marked default" : partition));
+  }
+  return total;
 }
 
 absl::StatusOr<std::string> SlurmBackend::AddressTowardsController() {

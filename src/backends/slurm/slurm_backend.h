@@ -58,6 +58,8 @@ class SlurmBackend final : public Backend {
   // The address this machine uses towards the Slurm controller: where agents on the compute
   // nodes can reach a master started here. From `scontrol show config`.
   static absl::StatusOr<std::string> AddressTowardsController();
+  // How many nodes `partition` holds, in any state (empty: the cluster's default partition).
+  static absl::StatusOr<uint32_t> PartitionNodeCount(const std::string& partition);
 
  private:
   void Watch(pid_t pid, int pidfd, uint64_t log_offset);
