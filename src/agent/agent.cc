@@ -322,6 +322,15 @@ bool Agent::Connect() {
 }
 
 int Agent::Run() {
+  if (options_.watchdog_limit.count() > 0) {
+    auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
+    if (watchdog.ok()) {
+      watchdog_ = std::move(*watchdog);
+      watchdog_->Ping();
+    } else {
+      spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
+    }
+  }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   auto lost_since = std::chrono::steady_clock::now();
   bool ever_connected = false;
@@ -517,6 +526,7 @@ void Agent::HeartbeatLoop() {
   while (!shutting_down_) {
     cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
     if (shutting_down_) break;
+    if (watchdog_) watchdog_->Ping();
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();
     hb->set_sequence(++heartbeat_seq_);

@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "agent/agent_watchdog.h"
 #include "agent/process_supervisor.h"
 #include "agent/sdk_server.h"
 
@@ -46,6 +47,10 @@ struct AgentOptions {
   // How long the agent keeps its tasks alive without a master. Past it, it kills them all.
   std::chrono::milliseconds master_grace{10000};
   std::chrono::milliseconds reconnect_interval{250};
+  // Past this long without a heartbeat, a watchdog process (shoal_binary agent-watchdog) kills
+  // the agent and everything under it (agent_watchdog.h). Zero: no watchdog.
+  std::chrono::milliseconds watchdog_limit{0};
+  std::string shoal_binary;
 };
 
 // Runs on one node: dials the master, launches what it is told, reports facts (started, output,
@@ -83,6 +88,7 @@ class Agent {
   std::unique_ptr<MasterLink> link_;
   std::unique_ptr<SdkServer> sdk_;
   std::thread heartbeat_thread_;
+  std::unique_ptr<AgentWatchdog> watchdog_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> shutting_down_{false};
 

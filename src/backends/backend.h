@@ -38,7 +38,16 @@ struct AgentStartOptions {
   std::map<std::string, uint32_t> ports_per_node;  // how many free ports each agent reports
   uint32_t master_grace_ms = 10000;
   uint32_t heartbeat_interval_ms = 1000;
+  // How long the master waits for an agent's heartbeat before it declares the agent silent;
+  // agents run a watchdog that kills them a heartbeat later (0: no watchdog).
+  uint32_t silent_after_ms = 0;
 };
+
+// The agent's --watchdog-ms for `options`: one heartbeat past the master's own limit, so the
+// master has declared the agent silent (and handled its tasks) before the watchdog acts.
+inline uint32_t WatchdogMs(const AgentStartOptions& options) {
+  return options.silent_after_ms == 0 ? 0 : options.silent_after_ms + options.heartbeat_interval_ms;
+}
 
 // Obtains and releases places to run agents for a gang of tasks. The master never knows which
 // implementation it talks to. Methods are called from the master's event loop.

@@ -228,6 +228,8 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
+  options.watchdog_limit = std::chrono::milliseconds(flags.watchdog_ms);
+  options.shoal_binary = flags.shoal_binary;
   if (flags.heartbeat_interval_ms != 0) {
     options.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
   }

@@ -21,6 +21,8 @@ struct AgentFlags {
   // Started by srun for one Slurm task: the job's place map ("chief:0,worker:1") and
   // SLURM_PROCID name its place; the GPUs Slurm bound to the task are the agent's.
   std::string slurm_place;
+  uint32_t watchdog_ms = 0;   // 0: no watchdog
+  std::string shoal_binary;   // for the watchdog
 };
 // `shoal agent ...`: one node's agent, started by a backend.
 int RunAgentDaemon(const AgentFlags& flags);

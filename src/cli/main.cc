@@ -2,6 +2,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -12,6 +14,7 @@
 #include "cli/daemons.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
+#include "agent/agent_watchdog.h"
 #include "mpi/mpi_commands.h"
 
 namespace {
@@ -32,6 +35,11 @@ int main(int argc, char** argv) {
     std::string sub = argv[1];
     std::vector<std::string> rest(argv + 2, argv + argc);
     if (sub == "mpi-rsh") return shoal::mpi::RunMpiRsh(rest);
+    if (sub == "agent-watchdog" && rest.size() == 2) {
+      // Started by an agent (agent_watchdog.h) with its ping pipe on fd 3.
+      return shoal::agent::RunAgentWatchdog(std::atoi(rest[0].c_str()), 3,
+                                            std::chrono::milliseconds(std::atoll(rest[1].c_str())));
+    }
     if (sub == "mpi-worker" && rest.empty()) return shoal::mpi::RunMpiWorker();
     if (sub == "mpi-launcher" && !rest.empty() && rest[0] == "--") {
       return shoal::mpi::RunMpiLauncher(SelfPath(argv[0]), {rest.begin() + 1, rest.end()});
@@ -120,6 +128,8 @@ int main(int argc, char** argv) {
                         "Kill every task after the master is unreachable this long");
   agent_cmd->add_option("--heartbeat-interval-ms", agent.heartbeat_interval_ms,
                         "How often to heartbeat (0: the default, 1000)");
+  agent_cmd->add_option("--watchdog-ms", agent.watchdog_ms,
+                        "Kill the agent and its tasks when it sends no heartbeat this long (0: never)");
   agent_cmd->add_option("--slurm-place", agent.slurm_place,
                         "ROLE:RANK,...: serve the place of Slurm task SLURM_PROCID with the GPUs Slurm bound");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
@@ -192,6 +202,7 @@ int main(int argc, char** argv) {
   if (agent_cmd->parsed()) {
     if (agent_fake->count() > 0) agent.fake_gpus = agent_fake_gpus;
     agent.keep_task_output = !no_task_output;
+    agent.shoal_binary = self;
     return shoal::cli::RunAgentDaemon(agent);
   }
   return kExitUsage;

@@ -454,6 +454,8 @@ backends::AgentStartOptions Master::AgentStartOptionsForJob() const {
   start.shoal_binary = options_.shoal_binary;
   start.master_grace_ms = options_.agent_master_grace_ms;
   start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
+  start.silent_after_ms = static_cast<uint32_t>(options_.heartbeat_interval.count() *
+                                                options_.heartbeat_misses);
   for (const auto& p : placement_) start.ports_per_node[p.node]++;
   for (const auto& g : grants_) start.ports_per_node.try_emplace(g.name, 0);
   return start;

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -280,6 +281,55 @@ def test_node_slurm_marks_down_is_handled_by_the_failure_policy(start_shoal, wri
         shutil.rmtree(f"/tmp/shoal-agents/{job_dir.name}", ignore_errors=True)
         e2e.wait_until(lambda: set(sinfo_states().values()) == {"idle"}, 90,
                        "every node to be idle again")
+
+
+def test_a_hung_agent_is_killed_with_its_task_by_its_watchdog(detach_job, run_shoal, write_job,
+                                                              wait_for_state, jobs_dir):
+    # Slurm cannot end one task of a step, so an agent that hangs (SIGSTOP here) is ended by
+    # its own watchdog a heartbeat after the master gave up on it: its task must not keep
+    # running while the elastic job goes on without it.
+    job = write_job("""
+        name: slurm-hung-agent
+        on_failure: elastic
+        heartbeat: {interval: 200ms, misses: 5}
+        roles:
+          worker:
+            instances: {min: 1, max: 2}
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 3GiB}
+        """)
+    job_id = detach_job(job, "--backend", "slurm")
+    status = wait_for_state(job_id, lambda s: s["state"] == "running" and len(s["tasks"]) == 2
+                            and all(t["state"] == "running" for t in s["tasks"]), 90,
+                            "both workers running")
+    victim_task = next(t for t in status["tasks"] if t["index"] == 1)
+    # The agent of Slurm task 1 (worker 1's place), by the Slurm job's name srun gave it.
+    agents = [p for p, environ, _ in e2e._all_processes()
+              if p.state != "Z" and " agent " in f" {p.cmdline} " and "--slurm-place" in p.cmdline
+              and f"SLURM_JOB_NAME=shoal-{job_id}".encode() in environ
+              and b"SLURM_PROCID=1" in environ]
+    assert len(agents) == 1, agents
+    os.kill(agents[0].pid, signal.SIGSTOP)
+    try:
+        e2e.wait_until(lambda: not e2e.is_task_of(victim_task["pid"], job_id), 20,
+                       "the hung agent's task to be killed")
+        e2e.wait_until(lambda: not os.path.exists(f"/proc/{agents[0].pid}/stat")
+                       or open(f"/proc/{agents[0].pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                       in ("Z", "X"), 20, "the hung agent to be killed")
+        log = (only_job_dir(jobs_dir) / "agents" / "slurm" / "srun.log").read_text()
+        assert "agent-watchdog: the agent" in log and "sent no heartbeat" in log, log[-2000:]
+        # The job goes on with the survivor.
+        s = wait_for_state(job_id, lambda s: s["state"] == "running" and any(
+            t["index"] == 0 and t["state"] == "running" for t in s["tasks"]), 60,
+            "the job running on with worker 0")
+        assert s["state"] == "running"
+    finally:
+        try:
+            os.kill(agents[0].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        run_shoal("kill", job_id, timeout=60)
+    e2e.wait_until(lambda: not slurm_jobs_of(job_id), 30, "the Slurm job to end")
 
 
 def test_job_waits_queued_with_slurms_reason_while_the_cluster_is_full(

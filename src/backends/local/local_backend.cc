@@ -133,6 +133,8 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
                                    std::to_string(options.master_grace_ms),
                                    "--heartbeat-interval-ms",
                                    std::to_string(options.heartbeat_interval_ms),
+                                   "--watchdog-ms",
+                                   std::to_string(WatchdogMs(options)),
                                    // Same machine as the job directory: the master keeps the logs.
                                    "--no-task-output"};
   if (options_.fake_gpus) {

@@ -100,7 +100,8 @@ absl::Status SlurmBackend::StartAgents(const AgentStartOptions& options) {
       "--work-dir", options_.agent_work_dir,
       "--ports", std::to_string(ports),
       "--master-grace-ms", std::to_string(options.master_grace_ms),
-      "--heartbeat-interval-ms", std::to_string(options.heartbeat_interval_ms)};
+      "--heartbeat-interval-ms", std::to_string(options.heartbeat_interval_ms),
+      "--watchdog-ms", std::to_string(WatchdogMs(options))};
   std::vector<std::string> argv = SrunCommand(job_, options_.request, options_.srun,
                                               SlurmJobName(), options.shoal_binary, agent_args);
   if (auto st = MakeDirs(options_.state_dir); !st.ok()) return st;

@@ -45,8 +45,8 @@ class SlurmBackend final : public Backend {
   void SetPlaceLostCallback(PlaceLostCallback callback) override;
   void SetAllocationEventCallback(AllocationEventCallback callback) override;
   bool SignalsTasksFromOutside() const override { return true; }
-  // Slurm cannot end one task of a step: a silent agent is left to its own master timeout,
-  // which kills its task; the place is not reused.
+  // Slurm cannot end one task of a step: a silent agent's own watchdog kills it and its tasks
+  // (agent_watchdog.h) a heartbeat after the master gave up on it; the place is not reused.
   void TerminatePlace(const std::string& node) override {}
   void Release() override;
   absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
