@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,10 +44,13 @@ struct AgentStartOptions {
   uint32_t silent_after_ms = 0;
 };
 
-// The agent's --watchdog-ms for `options`: one heartbeat past the master's own limit, so the
-// master has declared the agent silent (and handled its tasks) before the watchdog acts.
+// The agent's --watchdog-ms for `options`: one heartbeat past the later of the master's own
+// limit (so the master has declared the agent silent and handled its tasks before the watchdog
+// acts) and the agent's master grace (an agent whose heartbeats block on a master that stopped
+// answering keeps its tasks that long, as it would if the master were gone).
 inline uint32_t WatchdogMs(const AgentStartOptions& options) {
-  return options.silent_after_ms == 0 ? 0 : options.silent_after_ms + options.heartbeat_interval_ms;
+  if (options.silent_after_ms == 0) return 0;
+  return std::max(options.silent_after_ms, options.master_grace_ms) + options.heartbeat_interval_ms;
 }
 
 // Obtains and releases places to run agents for a gang of tasks. The master never knows which
