@@ -16,6 +16,7 @@
 #include "client/job_directory.h"
 #include "agent/agent_watchdog.h"
 #include "mpi/mpi_commands.h"
+#include "serve/serve_command.h"
 
 namespace {
 
@@ -110,6 +111,24 @@ int main(int argc, char** argv) {
   resume_cmd->add_option("job", job, "Job id, or a unique prefix of it")->required();
   resume_cmd->add_flag("-q,--quiet", resume_quiet, "No live status line");
 
+  shoal::serve::ServeOptions serve;
+  auto* serve_cmd = app.add_subcommand(
+      "serve", "Serve the TorchScript models of a model repository over KServe v2 REST");
+  serve_cmd->add_option("--model-repository", serve.model_repository,
+                        "Directory of <model>/<version>/model.pt (docs/serving.md)")
+      ->required();
+  serve_cmd->add_option("--http-port", serve.http_port, "HTTP port (default 8000; 0: a free one)");
+  serve_cmd->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
+  serve_cmd->add_option("--http-threads", serve.http_threads,
+                        "Threads answering HTTP requests (default 64)")
+      ->check(CLI::Range(1, 4096));
+  serve_cmd->add_option("--max-request-bytes", serve.max_request_bytes,
+                        "Larger request bodies are refused with 413 (default 64 MiB)")
+      ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--token-file", serve.token_file,
+                        "File with the token callers must send as Authorization: Bearer (required "
+                        "with a non-loopback --host; default $SHOAL_SERVE_TOKEN_FILE)");
+
   std::string master_job_dir;
   bool master_recover = false;
   auto* master_cmd = app.add_subcommand("master", "Internal: the per-job master (started by run)");
@@ -193,6 +212,7 @@ int main(int argc, char** argv) {
   if (kill_cmd->parsed()) return shoal::client::KillJob(root, job);
   if (tensorboard_cmd->parsed()) return shoal::client::ServeTensorBoard(root, job);
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
+  if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover);
   if (mpi_launcher_cmd->parsed() || mpi_worker_cmd->parsed()) {
     std::cerr << "shoal: usage: shoal mpi-launcher -- PROGRAM [ARGS...] | shoal mpi-worker; "

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace shoal::serve {
+
+class ModelManager;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;  // 0: any free port
+  // Threads answering HTTP requests; a request waiting for its model holds one, so this also
+  // bounds how many requests can wait to be batched together.
+  int threads = 64;
+  // Bodies larger than this are refused with 413 before they are read.
+  size_t max_body_bytes = 64 << 20;
+  std::string server_version = "0.1.0";
+  std::string backend_description;  // shown in server metadata
+  // Non-empty: every request must carry `Authorization: Bearer <auth_token>` (else 401).
+  std::string auth_token;
+};
+
+// The KServe v2 REST endpoints (docs/serving.md), on cpp-httplib. Serves on a thread pool of
+// its own from Start() until Stop() or destruction.
+class InferenceHttpServer {
+ public:
+  // Binds `options.host:options.port` and starts serving. `models` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<InferenceHttpServer>> Start(
+      const HttpServerOptions& options, const ModelManager* models);
+  // Stops accepting, finishes the requests being answered, joins. Idempotent.
+  void Stop();
+  ~InferenceHttpServer();
+
+  uint16_t port() const { return port_; }
+
+ private:
+  struct Impl;
+  InferenceHttpServer() = default;
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace shoal::serve

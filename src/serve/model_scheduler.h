@@ -1,0 +1,83 @@
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "serve/batch_queue.h"
+#include "serve/inference_stats.h"
+#include "serve/tensor.h"
+
+namespace shoal::serve {
+
+// One model instance as the scheduler drives it. Each runner is used by one thread only: the
+// instance thread the scheduler starts for it.
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // Called once on the instance thread before anything else (it sizes the thread's intra-op
+  // parallelism).
+  virtual void PrepareThread() = 0;
+  // Runs the model on `inputs` (the model's argument order) and returns its named outputs.
+  virtual absl::StatusOr<std::vector<Tensor>> Run(std::vector<Tensor> inputs) = 0;
+};
+
+struct SchedulerOptions {
+  BatchPolicy policy;
+  // Requests (inputs in the model's argument order) that every instance runs, in order, before
+  // the scheduler starts; their outputs are dropped, their errors refuse the scheduler.
+  std::vector<std::vector<Tensor>> warmup;
+};
+
+// Runs one model version's requests on its instances: one thread per ModelRunner, all taking
+// batches from one BatchQueue. Requests for a busy model wait in the queue; a free instance
+// takes the batch that is due (batch_queue.h) or sleeps until it is.
+class ModelScheduler {
+ public:
+  // Starts the instance threads; each prepares itself and runs the warmup requests. Returns
+  // once every instance is warm, or the first warmup error ("instance 2: ...") after stopping
+  // them all. `clock` and `stats` must outlive the scheduler.
+  static absl::StatusOr<std::unique_ptr<ModelScheduler>> Start(
+      SchedulerOptions options, std::vector<std::unique_ptr<ModelRunner>> runners,
+      const Clock* clock, InferenceStats* stats);
+
+  // Fails every queued request with Unavailable, lets running batches finish, joins.
+  ~ModelScheduler();
+
+  // Queues one request. REQUIRES: `inputs` are valid for the model and, when batching, have
+  // `rows` (<= max_batch_size) as their dimension 0. `done` runs exactly once, on an instance
+  // thread (or on the destructor's thread for requests still queued at shutdown); it must not
+  // call back into the scheduler.
+  void Submit(std::vector<Tensor> inputs, int64_t rows, InferenceDone done);
+
+  const BatchPolicy& policy() const { return queue_.policy(); }
+
+ private:
+  ModelScheduler(BatchPolicy policy, const Clock* clock, InferenceStats* stats)
+      : clock_(clock), stats_(stats), queue_(policy, clock) {}
+
+  // The body of instance thread `index`.
+  void InstanceLoop(size_t index, ModelRunner* runner, const std::vector<std::vector<Tensor>>* warmup);
+  void Execute(ModelRunner* runner, std::vector<std::unique_ptr<PendingInference>> batch);
+
+  const Clock* const clock_;
+  InferenceStats* const stats_;
+  std::vector<std::unique_ptr<ModelRunner>> runners_;
+  std::vector<std::thread> threads_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;          // work queued, or stopping
+  std::condition_variable warmup_done_;   // an instance finished its warmup
+  BatchQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  size_t warm_instances_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status warmup_error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace shoal::serve

@@ -1,0 +1,138 @@
+#include "serve/serve_command.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+
+#include <arpa/inet.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "common/files.h"
+#include "serve/backend_loader.h"
+#include "serve/inference_http_server.h"
+#include "serve/model_backend.h"
+#include "serve/model_manager.h"
+#include "serve/model_repository.h"
+
+namespace shoal::serve {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// The CPUs this process may run on (its affinity mask, as taskset or a cgroup cpuset set it).
+int AvailableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+bool IsLoopback(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a{};
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+// The token from `path` (surrounding whitespace dropped); never echoed anywhere.
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the token file ", path, ": ",
+                                                   text.status().message()));
+  }
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("the token file ", path, " is empty"));
+  return token;
+}
+
+}  // namespace
+
+int RunServer(const ServeOptions& options) {
+  // Signals are taken by sigwait below; block them before any thread starts, so that every
+  // thread inherits the mask and none is killed by them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::string token_file = options.token_file;
+  if (token_file.empty()) {
+    if (const char* env = std::getenv("SHOAL_SERVE_TOKEN_FILE")) token_file = env;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> read = ReadToken(token_file);
+    if (!read.ok()) {
+      std::cerr << "shoal serve: " << read.status().message() << "\n";
+      return kExitUsage;
+    }
+    token = *read;
+  } else if (!IsLoopback(options.host)) {
+    std::cerr << "shoal serve: --host " << options.host
+              << " is not a loopback address, so callers must authenticate: give --token-file "
+                 "FILE (they then send Authorization: Bearer <the file's content>)\n";
+    return kExitUsage;
+  }
+
+  absl::StatusOr<RepositoryScan> scan = ScanModelRepository(options.model_repository);
+  if (!scan.ok()) {
+    std::cerr << "shoal serve: " << scan.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<std::unique_ptr<ModelBackend>> backend = LoadTorchBackend();
+  if (!backend.ok()) {
+    std::cerr << "shoal serve: " << backend.status().message() << "\n";
+    return kExitFailure;
+  }
+  int cpus = AvailableCpus();
+  auto models = std::make_unique<ModelManager>(backend->get(), SystemClock::Get(), cpus);
+
+  HttpServerOptions http_options;
+  http_options.host = options.host;
+  http_options.port = options.http_port;
+  http_options.threads = options.http_threads;
+  http_options.max_body_bytes = options.max_request_bytes;
+  http_options.backend_description = (*backend)->Description();
+  http_options.auth_token = token;
+  absl::StatusOr<std::unique_ptr<InferenceHttpServer>> http =
+      InferenceHttpServer::Start(http_options, models.get());
+  if (!http.ok()) {
+    std::cerr << "shoal serve: " << http.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << "shoal serve: listening on http://" << options.host << ":" << (*http)->port()
+            << std::endl;
+  std::cerr << "shoal serve: " << (*backend)->Description() << ", " << cpus
+            << " CPU(s); loading " << scan->models.size() << " model(s) from "
+            << options.model_repository << std::endl;
+
+  std::thread loader([&] {
+    models->LoadRepository(*scan);
+    if (models->IsLoaded()) std::cerr << "shoal serve: ready" << std::endl;
+  });
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::cerr << "shoal serve: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
+            << ", shutting down" << std::endl;
+  // Stop taking requests and finish the ones being answered; then stop loading (the model
+  // being warmed up finishes first) and the models' instances.
+  (*http)->Stop();
+  models->Cancel();
+  loader.join();
+  http->reset();
+  models.reset();
+  return kExitOk;
+}
+
+}  // namespace shoal::serve

@@ -1,0 +1,32 @@
+#pragma once
+
+// `shoal serve`: what the CLI needs and nothing more (no libtorch, gRPC or httplib here).
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace shoal::serve {
+
+struct ServeOptions {
+  std::string model_repository;  // required: DIR/<model>/<version>/model.pt
+  std::string host = "127.0.0.1";
+  uint16_t http_port = 8000;  // 0: a free port, printed
+  // Threads answering HTTP requests (each request waiting for its model holds one).
+  int http_threads = 64;
+  size_t max_request_bytes = 64 << 20;  // larger bodies get 413
+  // A file holding the token callers must send (Authorization: Bearer <token>); required when
+  // `host` is not a loopback address. Empty: SHOAL_SERVE_TOKEN_FILE, else no token.
+  std::string token_file;
+};
+
+// Serves the repository's models until SIGINT or SIGTERM. Prints
+//   shoal serve: listening on http://HOST:PORT
+// on stdout once the port is bound (models load after that; /v2/health/ready says when they
+// are), and what happens to each model on stderr. Returns the process exit code: 0 after a
+// signal, 2 when the repository is missing or unreadable or a non-loopback --host comes
+// without a token, 1 when the server cannot start
+// (port taken, TorchScript runtime missing).
+int RunServer(const ServeOptions& options);
+
+}  // namespace shoal::serve

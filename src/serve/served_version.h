@@ -1,0 +1,87 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "serve/inference_stats.h"
+#include "serve/json_codec.h"
+#include "serve/model_config.h"
+#include "serve/tensor.h"
+
+namespace shoal::serve {
+
+class ModelBackend;
+class ModelScheduler;
+
+// An input or output as the model's metadata shows it and requests are checked against.
+// Unknown datatype or shape (a model without a config file) are nullopt: any is accepted.
+struct TensorSignature {
+  std::string name;
+  std::optional<DataType> datatype;
+  std::optional<std::vector<int64_t>> shape;  // full shape, -1 where any size (batch first)
+};
+
+struct VersionLoadOptions {
+  std::string model_name;
+  int64_t version = 0;
+  std::string model_path;
+  ModelConfig config;           // the defaults when the model has no config file
+  int threads_per_instance = 1;  // resolved: the config's, or the server's CPU share
+};
+
+// One loaded, warmed-up version of a model: its instances and their scheduler, its signature
+// and statistics. Thread-safe; shared by the requests using it (shared_ptr), so that it
+// outlives all of them.
+class ServedVersion {
+ public:
+  // Loads `instances` copies of the module with `backend`, checks the config against the
+  // module's forward, and warms every instance up. InvalidArgument (load, signature) or the
+  // warmup's error, each naming the file. `backend` and `clock` must outlive the version.
+  static absl::StatusOr<std::unique_ptr<ServedVersion>> Load(const VersionLoadOptions& options,
+                                                             ModelBackend* backend,
+                                                             const Clock* clock);
+  ~ServedVersion();
+
+  // Checks a request against the signature and runs it; blocks until the outputs are there.
+  // InvalidArgument says what is wrong with the request (unknown, missing or repeated input,
+  // datatype, shape, batch size, unknown requested output); other codes are the model's
+  // failures (Internal) or shutdown (Unavailable). The outputs are those requested, in the
+  // order requested, or all of them.
+  absl::StatusOr<std::vector<Tensor>> Infer(InferRequest request);
+
+  const std::string& model_name() const { return model_name_; }
+  int64_t version() const { return version_; }
+  const std::vector<TensorSignature>& inputs() const { return inputs_; }
+  // Empty when the model has no config file: its outputs are known only from responses.
+  const std::vector<TensorSignature>& outputs() const { return outputs_; }
+  int64_t max_batch_size() const { return config_.max_batch_size; }
+  int instances() const { return config_.instances; }
+  int threads_per_instance() const { return threads_per_instance_; }
+  const InferenceStats& stats() const { return stats_; }
+
+ private:
+  ServedVersion() = default;
+  // The request's inputs in the model's argument order, or what is wrong with them. Sets
+  // `*rows` to the batch size when the model batches.
+  absl::StatusOr<std::vector<Tensor>> ValidateInputs(std::vector<Tensor> inputs,
+                                                     int64_t* rows) const;
+
+  std::string model_name_;
+  int64_t version_ = 0;
+  ModelConfig config_;
+  int threads_per_instance_ = 1;
+  std::vector<TensorSignature> inputs_;   // as shown: config order, else forward's
+  std::vector<std::string> argument_order_;  // input names in forward's positional order
+  std::vector<TensorSignature> outputs_;
+  const Clock* clock_ = nullptr;
+  InferenceStats stats_;
+  // Declared last, so destroyed first: its instances stop before what they use goes.
+  std::unique_ptr<ModelScheduler> scheduler_;
+};
+
+}  // namespace shoal::serve
