@@ -322,15 +322,6 @@ bool Agent::Connect() {
 }
 
 int Agent::Run() {
-  if (options_.watchdog_limit.count() > 0) {
-    auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
-    if (watchdog.ok()) {
-      watchdog_ = std::move(*watchdog);
-      watchdog_->Ping();
-    } else {
-      spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
-    }
-  }
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   auto lost_since = std::chrono::steady_clock::now();
   bool ever_connected = false;
@@ -526,6 +517,17 @@ void Agent::HeartbeatLoop() {
   while (!shutting_down_) {
     cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
     if (shutting_down_) break;
+    if (!watchdog_ && options_.watchdog_limit.count() > 0) {
+      // Started a heartbeat after the agent itself, off the path from launch to registration
+      // (on a loaded node, one more process start delays every agent of the gang).
+      auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
+      if (watchdog.ok()) {
+        watchdog_ = std::move(*watchdog);
+      } else {
+        spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
+        options_.watchdog_limit = std::chrono::milliseconds(0);
+      }
+    }
     if (watchdog_) watchdog_->Ping();
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();
