@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
 
-# Build toolchain and libraries (C++), the demo's Python stack, benchmark anchors, and
-# Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh).
+# Build toolchain and libraries (C++), the demo's Python stack, benchmark anchors,
+# Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh), and Java with
+# Maven (the YARN backend's test cluster, tests/yarn/cluster.sh).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -19,6 +20,7 @@ packages=(
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   openmpi-bin python3-mpi4py hyperfine procps iproute2
   munge slurm-wlm
+  openjdk-17-jdk-headless maven curl
 )
 
 sudo_cmd=()
@@ -93,6 +95,18 @@ if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv paddle examples/paddle/requirements.txt
   make_venv tensorflow examples/tensorflow/requirements.txt
   make_venv horovod examples/horovod/requirements.txt --system-site-packages
+fi
+
+# The YARN test cluster's jar (tests/yarn/minicluster): Hadoop's jars from Maven Central into a
+# fixed Maven repository that every clone shares (about 350 MB, once), then a Maven build,
+# skipped while the jar is newer than its sources. SHOAL_SKIP_YARN=1 skips it.
+if [ "${SHOAL_SKIP_YARN:-0}" != 1 ]; then
+  m2=/var/cache/shoal/m2
+  if [ ! -w "$m2" ]; then
+    "${sudo_cmd[@]}" mkdir -p "$m2"
+    "${sudo_cmd[@]}" chown "$(id -u):$(id -g)" "$m2"
+  fi
+  SHOAL_M2_REPO=$m2 "$repo/tests/yarn/cluster.sh" build
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
