@@ -19,6 +19,7 @@ packages=(
   python3-packaging libtorch-dev libgloo-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   openmpi-bin python3-mpi4py hyperfine procps iproute2
+  python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
 )

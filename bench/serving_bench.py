@@ -1,0 +1,643 @@
+#!/usr/bin/env python3
+"""Serving benchmark (issue 6): `shoal serve` against the FastAPI baseline and a bare libtorch
+loop, on the same TorchScript models, server and load generator each pinned to a core.
+
+    python3 bench/serving_bench.py [--shoal PATH] [--models identity,lstm,mlp]
+        [--concurrency 1,8,32] [--duration 5] [--warmup 1] [--reps 1]
+
+For each server (the FastAPI baseline; shoal serve with batching; shoal serve without) and each
+model: closed-loop throughput and latency at each concurrency (serve_load --closed N), then an
+open loop (serve_load --open) at --open-fraction (70 %) of that server's peak for that model.
+Then the bare libtorch loop (serve_libtorch_loop) at batch size 1 and at the mean batch size
+shoal ran at its peak. One JSON object on stdout (see bench/README.md); progress on stderr.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+BASELINE = c.REPO_ROOT / "bench" / "serving" / "fastapi_baseline.py"
+EXPORTER = c.REPO_ROOT / "examples" / "serving" / "lstm_classifier.py"
+
+# Model signatures, as examples/serving/lstm_classifier.py exports them: (input name,
+# datatype, dims without the batch dimension), (output name, datatype, dims).
+MODELS = {
+    "identity": (("x", "FP32", [16]), ("output", "FP32", [16])),
+    "lstm": (("tokens", "INT64", [32]), ("logits", "FP32", [10])),
+    "mlp": (("x", "FP32", [64]), ("scores", "FP32", [10])),
+}
+VOCAB_SIZE = 50_000
+
+# The issue's targets.
+TARGET_SPEEDUP = 10.0           # x the baseline's throughput, identity and LSTM
+TARGET_SPEEDUP_MODELS = ("identity", "lstm")
+TARGET_LSTM_PER_CORE = 2500.0   # inferences/s per core
+TARGET_P99_OVER_P50 = 2.0       # at 70 % of peak, open loop
+TARGET_BATCHING_FLOOR = 0.95    # batched throughput >= 95 % of unbatched, every concurrency
+TARGET_LIBTORCH_FRACTION = 0.9  # saturated throughput vs the bare loop
+
+
+# ------------------------------------------------------------------------------- the setup
+
+def find_build_tool(explicit, name, shoal_path):
+    """(path, None) or (None, reason): --flag, next to shoal's build tree, build/bench/."""
+    candidates = []
+    if explicit:
+        candidates = [Path(explicit)]
+    else:
+        if shoal_path:
+            # build/src/cli/shoal -> build/bench/NAME
+            candidates.append(Path(shoal_path).resolve().parents[2] / "bench" / name)
+        candidates.append(c.REPO_ROOT / "build" / "bench" / name)
+    for p in candidates:
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p), None
+    return None, (f"{name} not found (looked at {', '.join(map(str, candidates))}); build it: "
+                  f"ninja -C build {name}")
+
+
+def config_yaml(model, batching, max_batch_size, batch_delay_us):
+    (iname, idt, idims), (oname, odt, odims) = MODELS[model]
+    if batching:
+        head = (f"max_batch_size: {max_batch_size}\nbatch_delay_us: {batch_delay_us}\n")
+        in_dims, out_dims = idims, odims
+    else:
+        head = ""
+        in_dims, out_dims = [-1] + idims, [-1] + odims
+    return (f"inputs:\n  - {{name: {iname}, datatype: {idt}, dims: {in_dims}}}\n"
+            f"outputs:\n  - {{name: {oname}, datatype: {odt}, dims: {out_dims}}}\n"
+            + head +
+            "warmup:\n  - count: 3\n    inputs:\n"
+            f"      {iname}: {{dims: {[1] + idims}, fill: random}}\n")
+
+
+def write_repository(root, models, python, batching, max_batch_size, batch_delay_us,
+                     exported=None):
+    """root/<model>/1/model.pt (exported once, then copied) and root/<model>/config.yaml."""
+    root.mkdir(parents=True, exist_ok=True)
+    if exported is None:
+        r = c.run_timed([python, str(EXPORTER), "--repository", str(root)], timeout=300)
+        if not r.ok:
+            return f"exporting the models failed: {r.describe()}"
+    else:
+        for m in models:
+            (root / m / "1").mkdir(parents=True, exist_ok=True)
+            (root / m / "1" / "model.pt").write_bytes((exported / m / "1" / "model.pt")
+                                                      .read_bytes())
+    for m in list(p.name for p in root.iterdir()):
+        if m not in models:  # exported but not measured: not served either
+            shutil.rmtree(root / m, ignore_errors=True)
+            continue
+        (root / m / "config.yaml").write_text(
+            config_yaml(m, batching, max_batch_size, batch_delay_us))
+    return None
+
+
+def request_body(model, seed=0):
+    """One batch-1 request in the v2 JSON form; fixed per model."""
+    (iname, idt, idims), _ = MODELS[model]
+    rng = random.Random(seed)
+    n = 1
+    for d in idims:
+        n *= d
+    if idt == "INT64":
+        data = [rng.randrange(VOCAB_SIZE) for _ in range(n)]
+    else:
+        data = [round(rng.random(), 6) for _ in range(n)]
+    return json.dumps({"inputs": [{"name": iname, "shape": [1] + idims, "datatype": idt,
+                                   "data": data}]}).encode()
+
+
+def pin(cpu):
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+# ------------------------------------------------------------------------------- a server
+
+def http_get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError) as e:
+        return None, str(e).encode()
+
+
+def http_post(url, body, timeout=30):
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError) as e:
+        return None, str(e).encode()
+
+
+class Server:
+    """A server process (its own session), pinned to cpu, that prints
+    `...: listening on http://HOST:PORT` on stdout when its port is bound."""
+
+    def __init__(self, name, argv, cpu, log_dir, env=None):
+        self.name, self.argv, self.cpu = name, argv, cpu
+        self.stdout_path = log_dir / f"{name}.stdout"
+        self.stderr_path = log_dir / f"{name}.stderr"
+        self.env = env
+        self.proc = None
+        self.url = None
+
+    def start(self, timeout=180):
+        """None, or why the server did not come up ready."""
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            try:
+                self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=pin(self.cpu), env=self.env)
+            except OSError as e:
+                return f"cannot start {self.argv[0]}: {e}"
+        deadline = time.monotonic() + timeout
+        while self.url is None:
+            text = self.stdout_path.read_text(errors="replace")
+            if "listening on " in text:
+                self.url = text.split("listening on ", 1)[1].split()[0].rstrip("/")
+                break
+            if self.proc.poll() is not None:
+                return f"exited with status {self.proc.returncode}: {self.tail()}"
+            if time.monotonic() > deadline:
+                return f"did not listen within {timeout} s: {self.tail()}"
+            time.sleep(0.05)
+        while True:
+            status, _ = http_get(self.url + "/v2/health/ready")
+            if status == 200:
+                return None
+            if self.proc.poll() is not None:
+                return f"exited with status {self.proc.returncode}: {self.tail()}"
+            if time.monotonic() > deadline:
+                return f"not ready within {timeout} s: {self.tail()}"
+            time.sleep(0.1)
+
+    def tail(self, n=5):
+        with contextlib.suppress(OSError):
+            lines = self.stderr_path.read_text(errors="replace").strip().splitlines()
+            return " / ".join(lines[-n:])
+        return ""
+
+    def rss_mb(self):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+        return None
+
+    def stop(self):
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def shoal_supports_serve(shoal):
+    r = c.run_timed([shoal, "serve", "--help"], timeout=30)
+    if r.ok and "--model-repository" in (r.stdout + r.stderr):
+        return None
+    return f"`{shoal} serve` is not available ({r.describe()})"
+
+
+# ------------------------------------------------------------------------------- the load
+
+def run_load(serve_load, url, body_file, mode_args, args):
+    """serve_load's JSON, or {"error": ...}."""
+    argv = [serve_load, "--url", url, "--body", str(body_file), *map(str, mode_args),
+            "--duration", str(args.duration), "--warmup", str(args.warmup),
+            "--drain", str(args.drain)]
+    timeout = args.duration + args.warmup + args.drain + 60
+    r = c.run_timed(argv, timeout=timeout, preexec_fn=pin(args.load_cpu))
+    if not r.ok:
+        return {"error": f"serve_load: {r.describe()}"}
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {"error": f"serve_load printed no JSON: {r.stdout[-200:]!r}"}
+
+
+def brief(load):
+    """The figures kept from one serve_load run."""
+    if "error" in load:
+        return {"error": load["error"]}
+    lat = load["latency_ms"]
+    out = {"throughput_rps": round(load["throughput_rps"], 1),
+           "p50_ms": round(lat["p50"], 3), "p90_ms": round(lat["p90"], 3),
+           "p99_ms": round(lat["p99"], 3), "p999_ms": round(lat["p999"], 3),
+           "max_ms": round(lat["max"], 3), "requests": load["requests"],
+           "errors": load["errors"]}
+    if load["mode"] == "open":
+        out["target_rps"] = round(load["target_rps"], 1)
+        out["achieved_rps"] = round(load["achieved_rps"], 1)
+        out["max_backlog"] = load["max_backlog"]
+    return out
+
+
+def model_stats(url, model):
+    """(inference_count, execution_count) from shoal's /stats, or None."""
+    status, body = http_get(f"{url}/v2/models/{model}/stats")
+    if status != 200:
+        return None
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+        stats = json.loads(body)["model_stats"]
+        return (sum(s["inference_count"] for s in stats),
+                sum(s["execution_count"] for s in stats))
+    return None
+
+
+def measure_server(server, models, bodies, expected, serve_load, args):
+    """One server's figures for every model of this round: {model: {...}}."""
+    results = {}
+    for m in models:
+        res = {"closed": {}}
+        url = f"{server.url}/v2/models/{m}/infer"
+        status, answer = http_post(url, bodies[m].read_bytes())
+        if status != 200:
+            results[m] = {"error": f"infer answered {status}: {answer[:300]!r}"}
+            c.log(f"  {server.name} {m}: {results[m]['error']}")
+            continue
+        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+            data = json.loads(answer)["outputs"][0]["data"]
+            if m in expected:
+                res["outputs_match_baseline"] = len(data) == len(expected[m]) and all(
+                    abs(a - b) <= 1e-4 + 1e-4 * abs(b) for a, b in zip(data, expected[m]))
+            else:
+                expected[m] = data
+        for n in args.concurrency:
+            before = model_stats(server.url, m)
+            load = run_load(serve_load, url, bodies[m], ["--closed", n], args)
+            after = model_stats(server.url, m)
+            fig = brief(load)
+            if before and after and after[1] > before[1]:
+                fig["mean_batch_size"] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
+            res["closed"][str(n)] = fig
+            c.log(f"  {server.name} {m} closed {n}: " + describe(fig))
+        ok = {k: v for k, v in res["closed"].items() if "error" not in v}
+        if ok:
+            peak_c = max(ok, key=lambda k: ok[k]["throughput_rps"])
+            res["peak_rps"] = ok[peak_c]["throughput_rps"]
+            res["peak_concurrency"] = int(peak_c)
+            rate = args.open_fraction * res["peak_rps"]
+            if rate > 0:
+                load = run_load(serve_load, url, bodies[m],
+                                ["--open", round(rate, 3), "--connections", args.open_connections],
+                                args)
+                res["open"] = brief(load)
+                c.log(f"  {server.name} {m} open {rate:.0f}/s: " + describe(res["open"]))
+        res["rss_mb_after"] = server.rss_mb()
+        results[m] = res
+    return results
+
+
+def describe(fig):
+    if "error" in fig:
+        return "error: " + fig["error"]
+    s = (f"{fig['throughput_rps']:.0f} req/s, p50 {fig['p50_ms']:.3f} ms, "
+         f"p99 {fig['p99_ms']:.3f} ms, {fig['errors']} errors")
+    if "mean_batch_size" in fig:
+        s += f", mean batch {fig['mean_batch_size']}"
+    return s
+
+
+# ------------------------------------------------------------------------------- the anchor
+
+def libtorch_loop(tool, model_pt, model, batch_sizes, args):
+    (iname, idt, idims), _ = MODELS[model]
+    spec = f"{iname}:{idt}:" + "x".join(map(str, idims))
+    argv = [tool, "--model", str(model_pt), "--input", spec, "--batch-sizes",
+            ",".join(map(str, batch_sizes)), "--duration", str(args.libtorch_duration)]
+    r = c.run_timed(argv, timeout=args.libtorch_duration * len(batch_sizes) + 120,
+                    preexec_fn=pin(args.server_cpu))
+    if not r.ok:
+        return {"error": f"serve_libtorch_loop: {r.describe()}"}
+    try:
+        out = json.loads(r.stdout)
+    except ValueError:
+        return {"error": "serve_libtorch_loop printed no JSON"}
+    return {b: {"inferences_per_s": round(v["inferences_per_s"], 1),
+                "median_call_ms": round(v["median_call_ms"], 4)}
+            for b, v in out["batch_sizes"].items()}
+
+
+# ------------------------------------------------------------------------------- aggregation
+
+def median_of(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    m = c.median(values)
+    if all(isinstance(v, int) for v in values) and m == int(m):
+        return int(m)
+    return round(m, 3)
+
+
+def merge_rounds(rounds):
+    """Per server and model: the medians over rounds of every figure."""
+    merged = {}
+    for server in {s for r in rounds for s in r}:
+        merged[server] = {}
+        per_round = [r[server] for r in rounds if server in r]
+        if all("error" in r for r in per_round):
+            merged[server] = {"error": per_round[0]["error"]}
+            continue
+        per_round = [r for r in per_round if "error" not in r]
+        for m in {m for r in per_round for m in r}:
+            figs = [r[m] for r in per_round if m in r]
+            good = [f for f in figs if "error" not in f]
+            if not good:
+                merged[server][m] = {"error": figs[0]["error"]}
+                continue
+            out = {"closed": {}}
+            for n in good[0]["closed"]:
+                runs = [f["closed"].get(n, {}) for f in good]
+                runs = [x for x in runs if "error" not in x and x]
+                if not runs:
+                    out["closed"][n] = good[0]["closed"][n]
+                    continue
+                out["closed"][n] = {k: median_of([x.get(k) for x in runs]) for k in runs[0]}
+            for key in ("peak_rps", "rss_mb_after"):
+                out[key] = median_of([f.get(key) for f in good])
+            out["peak_concurrency"] = good[0].get("peak_concurrency")
+            opens = [f["open"] for f in good if "open" in f and "error" not in f["open"]]
+            if opens:
+                out["open"] = {k: median_of([o.get(k) for o in opens]) for k in opens[0]}
+            elif any("open" in f for f in good):
+                out["open"] = next(f["open"] for f in good if "open" in f)
+            matches = [f["outputs_match_baseline"] for f in good if "outputs_match_baseline" in f]
+            if matches:
+                out["outputs_match_baseline"] = all(matches)
+            if len(good) > 1:
+                out["rounds"] = len(good)
+            merged[server][m] = out
+    return merged
+
+
+def derive(model, servers, libtorch, cores):
+    """Ratios and targets for one model. servers: {name: merged figures or error}."""
+    base = servers.get("fastapi", {}).get(model) if "error" not in servers.get("fastapi", {}) \
+        else None
+    shoal = servers.get("shoal", {}).get(model) if "error" not in servers.get("shoal", {}) \
+        else None
+    unb = servers.get("shoal_unbatched", {}).get(model) \
+        if "error" not in servers.get("shoal_unbatched", {}) else None
+    good = lambda f: f is not None and "error" not in f  # noqa: E731
+    ratios, targets = {}, {}
+
+    for name, f in (("fastapi", base), ("shoal", shoal), ("shoal_unbatched", unb)):
+        if good(f) and f.get("peak_rps") is not None:
+            f["inferences_per_s_per_core"] = round(f["peak_rps"] / cores, 1)
+
+    if good(base) and good(shoal):
+        ratios["throughput_peak_shoal_over_fastapi"] = c.ratio(shoal["peak_rps"], base["peak_rps"])
+        per_c = {}
+        for n, fs in shoal["closed"].items():
+            fb = base["closed"].get(n, {})
+            if "error" in fs or "error" in fb or not fb:
+                continue
+            per_c[n] = {"throughput": c.ratio(fs["throughput_rps"], fb["throughput_rps"]),
+                        "p50": c.ratio(fs["p50_ms"], fb["p50_ms"]),
+                        "p99": c.ratio(fs["p99_ms"], fb["p99_ms"])}
+        ratios["closed_shoal_over_fastapi"] = per_c
+        so, bo = shoal.get("open", {}), base.get("open", {})
+        if so and bo and "error" not in so and "error" not in bo:
+            ratios["open_p50_shoal_over_fastapi"] = c.ratio(so["p50_ms"], bo["p50_ms"])
+            ratios["open_p99_shoal_over_fastapi"] = c.ratio(so["p99_ms"], bo["p99_ms"])
+
+    if model in TARGET_SPEEDUP_MODELS:
+        r = ratios.get("throughput_peak_shoal_over_fastapi")
+        targets["throughput_at_least_10x_baseline"] = None if r is None else r >= TARGET_SPEEDUP
+    if model == "lstm":
+        per_core = shoal.get("inferences_per_s_per_core") if good(shoal) else None
+        targets["lstm_at_least_2500_per_core"] = (None if per_core is None
+                                                  else per_core >= TARGET_LSTM_PER_CORE)
+
+    def p99_ok(f):
+        o = (f or {}).get("open") if good(f) else None
+        if not o or "error" in o or not o.get("p50_ms"):
+            return None
+        # Met only when the server also kept up with the rate, without errors.
+        kept_up = o.get("achieved_rps", 0) >= 0.95 * o.get("target_rps", 0)
+        return (o["p99_ms"] <= TARGET_P99_OVER_P50 * o["p50_ms"] and o.get("errors", 0) == 0
+                and kept_up)
+
+    targets["p99_at_most_2x_p50_at_70pct_peak"] = p99_ok(shoal)
+    ratios["open_p99_over_p50"] = {
+        n: (c.ratio(f["open"]["p99_ms"], f["open"]["p50_ms"])
+            if good(f) and f.get("open") and "error" not in f["open"] else None)
+        for n, f in (("fastapi", base), ("shoal", shoal), ("shoal_unbatched", unb))}
+
+    if good(shoal) and good(unb):
+        per_c = {}
+        for n, fs in shoal["closed"].items():
+            fu = unb["closed"].get(n, {})
+            if "error" in fs or "error" in fu or not fu:
+                continue
+            per_c[n] = c.ratio(fs["throughput_rps"], fu["throughput_rps"])
+        ratios["batched_over_unbatched_throughput"] = per_c
+        targets["batching_never_worse_than_unbatched"] = (
+            None if not per_c or any(v is None for v in per_c.values())
+            else all(v >= TARGET_BATCHING_FLOOR for v in per_c.values()))
+    else:
+        targets["batching_never_worse_than_unbatched"] = None
+
+    # Saturated throughput against the bare loop at the batch size shoal ran at.
+    sat = None
+    if good(shoal) and isinstance(libtorch, dict) and "error" not in libtorch:
+        peak = shoal["closed"].get(str(shoal.get("peak_concurrency")), {})
+        batch = max(1, round(peak.get("mean_batch_size") or 1))
+        anchor = libtorch.get(str(batch))
+        if anchor:
+            sat = c.ratio(shoal["peak_rps"], anchor["inferences_per_s"])
+            ratios["saturated_shoal_over_libtorch"] = sat
+            ratios["saturated_libtorch_batch_size"] = batch
+    if good(unb) and isinstance(libtorch, dict) and "1" in libtorch:
+        ratios["saturated_shoal_unbatched_over_libtorch_batch_1"] = c.ratio(
+            unb["peak_rps"], libtorch["1"]["inferences_per_s"])
+    targets["saturated_at_least_90pct_of_libtorch"] = (None if sat is None
+                                                       else sat >= TARGET_LIBTORCH_FRACTION)
+    return ratios, targets
+
+
+# ------------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    c.add_shoal_arg(p)
+    p.add_argument("--serve-load", metavar="PATH", help="default: next to shoal's build tree")
+    p.add_argument("--libtorch-loop", metavar="PATH", help="serve_libtorch_loop (same default)")
+    p.add_argument("--python", default=c.DEFAULT_PYTHON,
+                   help="the Python with torch and FastAPI (default /usr/bin/python3)")
+    p.add_argument("--models", default="identity,lstm,mlp")
+    p.add_argument("--servers", default="fastapi,shoal,shoal_unbatched")
+    p.add_argument("--concurrency", default="1,8,32", help="closed-loop connections")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds measured per run")
+    p.add_argument("--warmup", type=float, default=1.0, help="seconds before each run")
+    p.add_argument("--drain", type=float, default=5.0)
+    p.add_argument("--open-fraction", type=float, default=0.7)
+    p.add_argument("--open-connections", type=int, default=64)
+    p.add_argument("--reps", type=int, default=1, help="rounds of every server (medians)")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--batch-delay-us", type=int, default=0)
+    p.add_argument("--baseline-workers", type=int, default=1)
+    p.add_argument("--libtorch-duration", type=float, default=3.0)
+    p.add_argument("--server-cpu", type=int, default=0)
+    p.add_argument("--load-cpu", type=int, default=1)
+    p.add_argument("--keep", action="store_true", help="keep the temporary repository and logs")
+    args = p.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    args.servers = [s for s in args.servers.split(",") if s]
+    args.concurrency = [int(x) for x in args.concurrency.split(",") if x]
+    for m in args.models:
+        if m not in MODELS:
+            p.error(f"unknown model {m}; known: {', '.join(MODELS)}")
+    for s in args.servers:
+        if s not in ("fastapi", "shoal", "shoal_unbatched"):
+            p.error(f"unknown server {s}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = {"benchmark": "serving", "machine": c.machine_info(), "models": {}}
+    allowed = os.sched_getaffinity(0)
+    notes = []
+    for attr in ("server_cpu", "load_cpu"):
+        if getattr(args, attr) not in allowed:
+            notes.append(f"cpu {getattr(args, attr)} is not available ({attr}); not pinned")
+            setattr(args, attr, None)
+    result["settings"] = {k: getattr(args, k) for k in (
+        "models", "servers", "concurrency", "duration", "warmup", "open_fraction",
+        "open_connections", "reps", "max_batch_size", "batch_delay_us", "baseline_workers",
+        "libtorch_duration", "server_cpu", "load_cpu")}
+    cores = 1  # every server is pinned to one core; figures per core divide by this
+
+    shoal, shoal_err = c.find_shoal(args.shoal)
+    serve_load, err = find_build_tool(args.serve_load, "serve_load", shoal)
+    if serve_load is None:
+        result["error"] = err
+        c.emit(result)
+        return 0
+    loop_tool, loop_err = find_build_tool(args.libtorch_loop, "serve_libtorch_loop", shoal)
+    if shoal and not shoal_err:
+        shoal_err = shoal_supports_serve(shoal)
+    result["shoal_binary"] = shoal
+
+    with c.temp_dir("shoal-serving-bench-", keep=args.keep) as tmp:
+        c.log(f"serving_bench: exporting {', '.join(args.models)} to {tmp}")
+        repo_plain = tmp / "repo-unbatched"
+        err = write_repository(repo_plain, args.models, args.python, False, 0, 0)
+        if err:
+            result["error"] = err
+            c.emit(result)
+            return 0
+        repo_batched = tmp / "repo-batched"
+        write_repository(repo_batched, args.models, args.python, True, args.max_batch_size,
+                         args.batch_delay_us, exported=repo_plain)
+        bodies = {}
+        for m in args.models:
+            bodies[m] = tmp / f"{m}.json"
+            bodies[m].write_bytes(request_body(m))
+            result["models"][m] = {"request_body_bytes": bodies[m].stat().st_size}
+
+        def make(name):
+            if name == "fastapi":
+                return Server(name, [args.python, str(BASELINE), "--model-repository",
+                                     str(repo_plain), "--port", "0", "--workers",
+                                     str(args.baseline_workers)], args.server_cpu, tmp)
+            if shoal_err:
+                return shoal_err
+            repo = repo_batched if name == "shoal" else repo_plain
+            return Server(name, [shoal, "serve", "--model-repository", str(repo),
+                                 "--http-port", "0"], args.server_cpu, tmp)
+
+        rounds = []
+        expected = {}  # the baseline's first answer per model, to compare the others with
+        order = list(args.servers)
+        for rep in range(args.reps):
+            this_round = {}
+            for name in order:
+                server = make(name)
+                if isinstance(server, str):
+                    this_round[name] = {"error": server}
+                    continue
+                c.log(f"serving_bench: round {rep + 1}/{args.reps}: starting {name}")
+                try:
+                    err = server.start()
+                    if err:
+                        this_round[name] = {"error": f"{name} did not start: {err}"}
+                        c.log(f"  {this_round[name]['error']}")
+                        continue
+                    this_round[name] = measure_server(server, args.models, bodies, expected,
+                                                      serve_load, args)
+                finally:
+                    server.stop()
+            rounds.append(this_round)
+            order = order[1:] + order[:1]  # the next round starts with another server
+        merged = merge_rounds(rounds)
+        for name in args.servers:
+            if "error" in merged.get(name, {}):
+                result[name] = {"error": merged[name]["error"]}
+
+        # The bare libtorch loop: batch size 1 and every mean batch size shoal reached.
+        libtorch = {}
+        for m in args.models:
+            if loop_tool is None:
+                libtorch[m] = {"error": loop_err}
+                continue
+            sizes = {1}
+            for f in (merged.get("shoal", {}).get(m) or {}).get("closed", {}).values():
+                if isinstance(f, dict) and f.get("mean_batch_size"):
+                    sizes.add(max(1, round(f["mean_batch_size"])))
+            c.log(f"serving_bench: libtorch loop {m} at batch sizes {sorted(sizes)}")
+            libtorch[m] = libtorch_loop(loop_tool, repo_plain / m / "1" / "model.pt", m,
+                                        sorted(sizes), args)
+
+        summary = {}
+        for m in args.models:
+            servers = {n: (merged.get(n, {}) if "error" in merged.get(n, {})
+                           else merged.get(n, {}).get(m)) for n in args.servers}
+            servers = {n: f for n, f in servers.items() if f is not None}
+            ratios, targets = derive(m, {n: ({"error": merged[n]["error"]} if "error" in
+                                              merged.get(n, {}) else {m: servers[n]})
+                                         for n in servers}, libtorch[m], cores)
+            entry = result["models"][m]
+            entry["servers"] = servers
+            entry["libtorch_loop"] = libtorch[m]
+            entry["ratios"] = ratios
+            entry["targets"] = targets
+            summary[m] = targets
+        result["targets"] = summary
+        if notes:
+            result["notes"] = notes
+    c.emit(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The serving benchmark's tools (bench/serving_bench.py): the load generator serve_load against
+a tiny HTTP server of this file, and the FastAPI baseline against the models run directly in
+torch. Counts and answers only; no timing is asserted.
+
+serve_load is found next to the shoal binary's build tree (SHOAL_BIN is build/src/cli/shoal,
+serve_load is build/bench/serve_load); a missing one fails the tests.
+"""
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import shoal_e2e as e2e
+
+BASELINE = e2e.REPO_ROOT / "bench" / "serving" / "fastapi_baseline.py"
+EXAMPLES = e2e.REPO_ROOT / "examples" / "serving"
+
+
+@pytest.fixture(scope="module")
+def serve_load():
+    path = Path(e2e.SHOAL_BIN).resolve().parents[2] / "bench" / "serve_load"
+    assert path.is_file() and os.access(path, os.X_OK), (
+        f"no serve_load at {path} (next to SHOAL_BIN={e2e.SHOAL_BIN}); build it: "
+        "ninja -C build serve_load")
+    return str(path)
+
+
+class CountingServer:
+    """An HTTP/1.1 keep-alive server on a free loopback port, in threads of this process.
+    status_for(n) gives the status of the n-th request (from 1); chunked_for(n) whether that
+    answer uses chunked transfer coding; close_for(n) whether the server closes the connection
+    after it. Counts requests and answers by status, and keeps the bodies it saw."""
+
+    def __init__(self, status_for=lambda n: 200, chunked_for=lambda n: False,
+                 close_for=lambda n: False):
+        self.lock = threading.Lock()
+        self.count = 0
+        self.by_status = {}
+        self.bodies = set()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.lock:
+                    outer.count += 1
+                    n = outer.count
+                    status = status_for(n)
+                    outer.by_status[status] = outer.by_status.get(status, 0) + 1
+                    outer.bodies.add(body)
+                payload = json.dumps({"n": n}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                if close_for(n):
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                if chunked_for(n):
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    half = len(payload) // 2
+                    for part in (payload[:half], payload[half:]):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.write(b"0\r\n\r\n")
+                else:
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path="/v2/models/m/infer"):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def body_file(tmp_path):
+    path = tmp_path / "body.json"
+    path.write_bytes(b'{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}')
+    return path
+
+
+def run_load(serve_load, *args, timeout=60):
+    proc = subprocess.run([serve_load, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+    return proc
+
+
+def run_load_json(serve_load, *args):
+    proc = run_load(serve_load, *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_closed_loop_counts_every_request(serve_load, body_file):
+    server = CountingServer()
+    try:
+        out = run_load_json(serve_load, "--url", server.url(), "--body", body_file,
+                            "--closed", 3, "--duration", 1, "--warmup", 0)
+    finally:
+        server.stop()
+    assert out["mode"] == "closed" and out["connections"] == 3
+    assert out["requests"] > 0
+    # With no warmup every request sent is counted, and the outstanding ones are drained.
+    assert out["requests"] == server.count == out["ok"]
+    assert out["errors"] == 0 and out["status_counts"] == {"200": server.count}
+    assert out["latency_ms"]["count"] == out["requests"]
+    assert 0 < out["latency_ms"]["p50"] <= out["latency_ms"]["p99"] <= out["latency_ms"]["max"]
+    assert server.bodies == {body_file.read_bytes()}
+
+
+def test_warmup_requests_are_sent_but_not_counted(serve_load, body_file):
+    server = CountingServer()
+    try:
+        out = run_load_json(serve_load, "--url", server.url(), "--body", body_file,
+                            "--closed", 1, "--duration", 0.5, "--warmup", 0.5)
+    finally:
+        server.stop()
+    assert 0 < out["requests"] < server.count
+    assert out["errors"] == 0
+
+
+def test_non_2xx_answers_are_errors(serve_load, body_file):
+    server = CountingServer(status_for=lambda n: 500)
+    try:
+        out = run_load_json(serve_load, "--url", server.url(), "--body", body_file,
+                            "--closed", 2, "--duration", 0.5, "--warmup", 0)
+    finally:
+        server.stop()
+    assert out["requests"] == server.count > 0
+    assert out["ok"] == 0 and out["errors"] == out["requests"]
+    assert out["error_kinds"] == {"status": out["requests"], "connection": 0, "timeout": 0}
+    assert out["status_counts"] == {"500": out["requests"]}
+    assert out["throughput_rps"] == 0
+
+
+def test_mixed_answers_chunked_bodies_and_closed_connections(serve_load, body_file):
+    # Every third answer is a 500, every other one chunked, every fifth closes the connection:
+    # serve_load reconnects and counts exactly the server's 500s as errors.
+    server = CountingServer(status_for=lambda n: 500 if n % 3 == 0 else 200,
+                            chunked_for=lambda n: n % 2 == 0, close_for=lambda n: n % 5 == 0)
+    try:
+        out = run_load_json(serve_load, "--url", server.url(), "--body", body_file,
+                            "--closed", 4, "--duration", 1, "--warmup", 0)
+    finally:
+        server.stop()
+    assert out["requests"] == server.count > 10
+    assert out["errors"] == out["error_kinds"]["status"] == server.by_status.get(500, 0)
+    assert out["ok"] == server.by_status.get(200, 0)
+    assert out["reconnects"] >= server.count // 5 - 4
+
+
+def test_open_loop_sends_the_scheduled_requests(serve_load, body_file):
+    server = CountingServer()
+    try:
+        out = run_load_json(serve_load, "--url", server.url(), "--body", body_file,
+                            "--open", 200, "--duration", 1, "--warmup", 0,
+                            "--connections", 4)
+    finally:
+        server.stop()
+    assert out["mode"] == "open" and out["target_rps"] == 200
+    # Requests i = 0..199 are scheduled at i / 200 s, all inside the 1 s window.
+    assert out["requests"] == 200 == server.count
+    assert out["ok"] == 200 and out["errors"] == 0
+    assert out["latency_ms"]["count"] == 200
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["--body", "B"],  # no --url
+    ["--url", "U", "--body", "B", "--closed", "1"],
+    ["--url", "URL", "--body", "B"],  # neither mode
+    ["--url", "URL", "--body", "B", "--closed", "2", "--open", "10"],
+    ["--url", "URL", "--body", "B", "--closed", "0"],
+    ["--url", "URL", "--body", "B", "--open", "-5"],
+    ["--url", "URL", "--body", "B", "--closed", "1", "--duration", "x"],
+    ["--url", "URL", "--body", "B", "--closed", "1", "--bogus", "1"],
+    ["--url", "http://127.0.0.1:99999/p", "--body", "B", "--closed", "1"],
+])
+def test_bad_arguments_exit_2(serve_load, body_file, args):
+    args = [str(body_file) if a == "B" else "http://127.0.0.1:1/p" if a == "URL" else a
+            for a in args]
+    proc = run_load(serve_load, *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "usage:" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_unreachable_server_exits_1_with_a_clear_message(serve_load, body_file):
+    import socket
+    with socket.socket() as s:  # a port that is bound but not listening: refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        proc = run_load(serve_load, "--url", f"http://127.0.0.1:{port}/x", "--body", body_file,
+                        "--closed", 1, "--duration", 1)
+    assert proc.returncode == 1
+    assert f"cannot connect to 127.0.0.1:{port}" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_missing_body_file_exits_1(serve_load, tmp_path):
+    proc = run_load(serve_load, "--url", "http://127.0.0.1:1/x", "--body", tmp_path / "none",
+                    "--closed", 1)
+    assert proc.returncode == 1 and "cannot read --body" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# The FastAPI baseline
+
+
+def _torch():
+    try:
+        import torch  # noqa: F401
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        pytest.fail(f"the FastAPI baseline needs Debian's python3-torch, python3-fastapi, "
+                    f"python3-uvicorn, python3-uvloop, python3-httptools ({e}); run ./setup.sh")
+    import torch
+    return torch
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    torch = _torch()
+    repo = tmp_path_factory.mktemp("models")
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import lstm_classifier
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    lstm_classifier.export_repository(repo)
+    (repo / "lstm" / "config.yaml").write_text(
+        "inputs:\n  - {name: tokens, datatype: INT64, dims: [32]}\n"
+        "outputs:\n  - {name: logits, datatype: FP32, dims: [10]}\n"
+        "max_batch_size: 8\n")
+    log = tmp_path_factory.mktemp("baseline-log")
+    with open(log / "stdout", "wb") as out, open(log / "stderr", "wb") as err:
+        proc = subprocess.Popen([e2e.PYTHON, str(BASELINE), "--model-repository", str(repo)],
+                                stdout=out, stderr=err, start_new_session=True)
+    try:
+        def listening():
+            assert proc.poll() is None, (
+                f"fastapi_baseline exited {proc.returncode}: {(log / 'stderr').read_text()}")
+            return "listening on" in (log / "stdout").read_text()
+        e2e.wait_until(listening, 120, "fastapi_baseline to listen")
+        url = (log / "stdout").read_text().split("listening on ")[1].split()[0]
+        yield {"url": url, "repo": repo, "torch": torch}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def post(url, body: bytes):
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.mark.parametrize("model,name,datatype,shape", [
+    ("lstm", "tokens", "INT64", [3, 32]),
+    ("mlp", "x", "FP32", [2, 64]),
+    ("identity", "x", "FP32", [2, 16]),
+])
+def test_baseline_answers_like_the_model_run_in_torch(baseline, model, name, datatype, shape):
+    torch = baseline["torch"]
+    gen = torch.Generator().manual_seed(7)
+    if datatype == "INT64":
+        tensor = torch.randint(0, 50_000, shape, generator=gen)
+    else:
+        tensor = torch.rand(shape, generator=gen)
+    request = {"id": "r1", "inputs": [{"name": name, "shape": shape, "datatype": datatype,
+                                       "data": tensor.reshape(-1).tolist()}]}
+    status, answer = post(f"{baseline['url']}/v2/models/{model}/infer",
+                          json.dumps(request).encode())
+    assert status == 200, answer
+    assert answer["model_name"] == model and answer["model_version"] == "1"
+    assert answer["id"] == "r1"
+    [out] = answer["outputs"]
+    expected = torch.jit.load(str(baseline["repo"] / model / "1" / "model.pt"))(tensor)
+    assert out["datatype"] == "FP32" and out["shape"] == list(expected.shape)
+    if model == "lstm":
+        assert out["name"] == "logits"  # named by config.yaml
+    got = torch.tensor(out["data"], dtype=torch.float32).reshape(out["shape"])
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_baseline_unknown_model_is_404(baseline):
+    status, answer = post(f"{baseline['url']}/v2/models/nope/infer", b'{"inputs": []}')
+    assert status == 404 and "unknown model 'nope'" in answer["error"]
+    status, answer = post(f"{baseline['url']}/v2/models/mlp/versions/9/infer", b"{}")
+    assert status == 404 and "no version '9'" in answer["error"]
+
+
+def test_baseline_malformed_json_is_400(baseline):
+    status, answer = post(f"{baseline['url']}/v2/models/mlp/infer", b'{"inputs": [')
+    assert status == 400 and answer["error"].startswith("malformed JSON")
+
+
+@pytest.mark.parametrize("inputs,message", [
+    ([{"name": "y", "shape": [1, 64], "datatype": "FP32", "data": [0] * 64}], "has no input 'y'"),
+    ([{"name": "x", "shape": [1, 64], "datatype": "FP32", "data": [0] * 3}], "needs 64 values"),
+    ([{"name": "x", "shape": [1, 64], "datatype": "FP17", "data": [0] * 64}], "not supported"),
+])
+def test_baseline_bad_requests_are_400(baseline, inputs, message):
+    status, answer = post(f"{baseline['url']}/v2/models/mlp/infer",
+                          json.dumps({"inputs": inputs}).encode())
+    assert status == 400 and message in answer["error"], answer
+
+
+def test_baseline_declared_shape_is_checked(baseline):
+    inputs = [{"name": "tokens", "shape": [1, 31], "datatype": "INT64", "data": [0] * 31}]
+    status, answer = post(f"{baseline['url']}/v2/models/lstm/infer",
+                          json.dumps({"inputs": inputs}).encode())
+    assert status == 400 and "does not match" in answer["error"], answer
+
+
+def test_baseline_metadata_and_health(baseline):
+    with urllib.request.urlopen(f"{baseline['url']}/v2/health/ready", timeout=10) as resp:
+        assert resp.status == 200
+    with urllib.request.urlopen(f"{baseline['url']}/v2/models/lstm", timeout=10) as resp:
+        meta = json.loads(resp.read())
+    assert meta["name"] == "lstm" and meta["versions"] == ["1"]
+    assert meta["inputs"] == [{"name": "tokens", "datatype": "INT64", "shape": [-1, 32]}]
