@@ -513,21 +513,21 @@ void Agent::Launch(const v1::MasterMessage& message) {
 }
 
 void Agent::HeartbeatLoop() {
+  if (options_.watchdog_limit.count() > 0) {
+    // Started here, beside the main thread's dial and registration rather than before them:
+    // on a loaded node one more process start would delay every agent of the gang.
+    auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
+    if (watchdog.ok()) {
+      watchdog_ = std::move(*watchdog);
+      watchdog_->Ping();
+    } else {
+      spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
+    }
+  }
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
     cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
     if (shutting_down_) break;
-    if (!watchdog_ && options_.watchdog_limit.count() > 0) {
-      // Started a heartbeat after the agent itself, off the path from launch to registration
-      // (on a loaded node, one more process start delays every agent of the gang).
-      auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
-      if (watchdog.ok()) {
-        watchdog_ = std::move(*watchdog);
-      } else {
-        spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
-        options_.watchdog_limit = std::chrono::milliseconds(0);
-      }
-    }
     if (watchdog_) watchdog_->Ping();
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();

@@ -309,9 +309,13 @@ def test_a_hung_agent_is_killed_with_its_task_by_its_watchdog(detach_job, run_sh
               and f"SLURM_JOB_NAME=shoal-{job_id}".encode() in environ
               and b"SLURM_PROCID=1" in environ]
     assert len(agents) == 1, agents
+    # Its watchdog: started beside the agent's registration, so it may still be on its way.
+    e2e.wait_until(lambda: any(f"agent-watchdog {agents[0].pid} " in p.cmdline
+                               for p, _, _ in e2e._all_processes()), 10, "the agent's watchdog")
     os.kill(agents[0].pid, signal.SIGSTOP)
     try:
-        e2e.wait_until(lambda: not e2e.is_task_of(victim_task["pid"], job_id), 20,
+        # The watchdog waits out the agent's master grace (10 s) and one heartbeat.
+        e2e.wait_until(lambda: not e2e.is_task_of(victim_task["pid"], job_id), 40,
                        "the hung agent's task to be killed")
         e2e.wait_until(lambda: not os.path.exists(f"/proc/{agents[0].pid}/stat")
                        or open(f"/proc/{agents[0].pid}/stat").read().rsplit(")", 1)[1].split()[0]
