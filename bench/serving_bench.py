@@ -574,7 +574,8 @@ def main(argv=None):
                 return shoal_err
             repo = repo_batched if name == "shoal" else repo_plain
             return Server(name, [shoal, "serve", "--model-repository", str(repo),
-                                 "--http-port", "0"], args.server_cpu, tmp)
+                                 "--http-port", "0", "--grpc-port", "0"],
+                          args.server_cpu, tmp)
 
         rounds = []
         expected = {}  # the baseline's first answer per model, to compare the others with

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
 
   shoal::serve::ServeOptions serve;
   auto* serve_cmd = app.add_subcommand(
-      "serve", "Serve the TorchScript models of a model repository over KServe v2 REST");
+      "serve", "Serve the TorchScript models of a model repository over KServe v2 REST and gRPC");
   serve_cmd->add_option("--model-repository", serve.model_repository,
                         "Directory of <model>/<version>/model.pt (docs/serving.md)")
       ->required();
@@ -125,6 +125,11 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-request-bytes", serve.max_request_bytes,
                         "Larger request bodies are refused with 413 (default 64 MiB)")
       ->check(CLI::PositiveNumber);
+  serve_cmd->add_option("--grpc-port", serve.grpc_port,
+                        "gRPC port, on --host (default 8001; 0: a free one)");
+  serve_cmd->add_option("--grpc-threads", serve.grpc_threads,
+                        "Threads running gRPC inference calls (default 64)")
+      ->check(CLI::Range(1, 4096));
   serve_cmd->add_option("--token-file", serve.token_file,
                         "File with the token callers must send as Authorization: Bearer (required "
                         "with a non-loopback --host; default $SHOAL_SERVE_TOKEN_FILE)");

@@ -10,26 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "serve/bearer_token.h"
 #include "serve/json_codec.h"
 #include "serve/model_manager.h"
 
 namespace shoal::serve {
 namespace {
-
-// `header` is "Bearer <token>"; compared in time independent of where it differs.
-bool BearerTokenMatches(const std::string& header, const std::string& token) {
-  constexpr char kScheme[] = "Bearer ";
-  if (header.size() != sizeof(kScheme) - 1 + token.size() ||
-      header.compare(0, sizeof(kScheme) - 1, kScheme) != 0) {
-    return false;
-  }
-  unsigned char diff = 0;
-  for (size_t i = 0; i < token.size(); ++i) {
-    diff |= static_cast<unsigned char>(header[sizeof(kScheme) - 1 + i] ^ token[i]);
-  }
-  return diff == 0;
-}
-
 
 // Ordered: metadata reads name first, as in the KServe v2 examples.
 using json = nlohmann::ordered_json;
@@ -116,7 +102,7 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
   });
   json server_metadata = {{"name", "shoal"},
                           {"version", options.server_version},
-                          {"extensions", {"statistics"}},
+                          {"extensions", {"binary_tensor_data", "statistics"}},
                           {"backend", options.backend_description}};
   server.Get("/v2", [server_metadata](const httplib::Request&, httplib::Response& res) {
     ReplyJson(res, server_metadata);
@@ -185,16 +171,27 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
               [models](const httplib::Request& req, httplib::Response& res) {
                 auto version = models->FindVersion(req.matches[1], VersionOf(req));
                 if (!version.ok()) return ReplyError(res, version.status());
-                absl::StatusOr<InferRequest> request = DecodeInferRequest(req.body);
+                // The binary tensor extension: the JSON's length, the tensors' bytes after it.
+                std::string json_size_text = req.get_header_value(kInferenceHeaderContentLength);
+                std::optional<std::string_view> json_size;
+                if (req.has_header(kInferenceHeaderContentLength)) json_size = json_size_text;
+                absl::StatusOr<InferRequest> request = DecodeInferRequest(req.body, json_size);
                 if (!request.ok()) return ReplyError(res, request.status());
                 std::string id = request->id;
+                BinaryOutputs binary = request->binary_outputs;
                 absl::StatusOr<std::vector<Tensor>> outputs =
                     (*version)->Infer(*std::move(request));
                 if (!outputs.ok()) return ReplyError(res, outputs.status());
+                EncodedInferResponse response = EncodeInferResponse(
+                    (*version)->model_name(), (*version)->version(), id, *outputs, binary);
                 res.status = 200;
-                res.set_content(EncodeInferResponse((*version)->model_name(),
-                                                    (*version)->version(), id, *outputs),
-                                kJson);
+                if (response.json_size) {
+                  res.set_header(kInferenceHeaderContentLength,
+                                 std::to_string(*response.json_size));
+                  res.set_content(std::move(response.body), "application/octet-stream");
+                } else {
+                  res.set_content(std::move(response.body), kJson);
+                }
               });
 
   // Everything httplib answers itself (no route, body over the limit, unreadable request)

@@ -1,5 +1,6 @@
 #include "serve/json_codec.h"
 
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,20 @@ namespace shoal::serve {
 namespace {
 
 using json = nlohmann::json;
+
+// Tensor bytes are the machine's order and the binary tensor extension's are little-endian:
+// they are copied as they are.
+static_assert(std::endian::native == std::endian::little,
+              "the binary tensor extension's byte order is little-endian");
+
+// The binary tensor data after the JSON of a request (the binary tensor extension), consumed
+// input by input.
+struct BinaryTail {
+  bool present = false;  // the request had Inference-Header-Content-Length
+  size_t json_size = 0;
+  std::string_view bytes;
+  size_t consumed = 0;
+};
 
 // Where a problem is, for messages: "inputs[0] (x)".
 std::string InputLabel(size_t index, const std::string& name) {
@@ -128,7 +143,61 @@ int64_t CountLeaves(const json& data) {
   return n;
 }
 
-absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index) {
+// The bytes of an input sent with parameters.binary_data_size `size`, taken from `binary`.
+absl::StatusOr<Tensor> TakeBinaryInput(const json& size, bool has_data, const std::string& label,
+                                       int64_t elements, BinaryTail* binary, Tensor tensor) {
+  if (!size.is_number_integer() || size.get<int64_t>() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": parameters.binary_data_size must be an integer >= 0 (the tensor's size in "
+               "bytes), got ",
+        size.dump(-1, ' ', false, json::error_handler_t::replace)));
+  }
+  if (has_data) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": has both 'data' and parameters.binary_data_size; send the tensor one way"));
+  }
+  if (!binary->present) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": binary_data_size needs the header ", kInferenceHeaderContentLength,
+        " (the length of the JSON, which the binary data follows)"));
+  }
+  uint64_t declared = size.get<uint64_t>();
+  size_t element_size = DataTypeSize(tensor.datatype);
+  // Compared without multiplying, which could overflow for a huge shape.
+  if (declared % element_size != 0 ||
+      declared / element_size != static_cast<uint64_t>(elements)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": binary_data_size is ", declared, ", but shape ", ShapeString(tensor.shape),
+        " of ", DataTypeName(tensor.datatype), " is ",
+        static_cast<uint64_t>(elements) <= UINT64_MAX / element_size
+            ? absl::StrCat(static_cast<uint64_t>(elements) * element_size)
+            : std::string("more than 2^64"),
+        " bytes"));
+  }
+  size_t left = binary->bytes.size() - binary->consumed;
+  if (declared > left) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": binary_data_size ", declared, " runs past the end of the body: ", left,
+        " bytes of binary data are left after the JSON (", binary->json_size,
+        " bytes) and the inputs before this one"));
+  }
+  const std::byte* from =
+      reinterpret_cast<const std::byte*>(binary->bytes.data()) + binary->consumed;
+  if (tensor.datatype == DataType::kBool) {
+    for (uint64_t i = 0; i < declared; ++i) {
+      if (from[i] != std::byte{0} && from[i] != std::byte{1}) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            label, ": BOOL element ", i, " is the byte ", std::to_integer<int>(from[i]),
+            "; BOOL elements are one byte, 0 (false) or 1 (true)"));
+      }
+    }
+  }
+  tensor.data.assign(from, from + declared);
+  binary->consumed += declared;
+  return tensor;
+}
+
+absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index, BinaryTail* binary) {
   if (!input.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "inputs[", index, "] must be an object with name, shape, datatype and data, got ",
@@ -179,12 +248,12 @@ absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index) {
         absl::StrCat(label, ": shape ", ShapeString(tensor.shape), " is too large"));
   }
 
-  if (auto parameters = input.find("parameters");
-      parameters != input.end() && parameters->is_object() &&
-      parameters->contains("binary_data_size")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        label, ": the binary tensor extension (binary_data_size) is not supported yet; send the "
-               "tensor as JSON 'data'"));
+  auto parameters = input.find("parameters");
+  if (parameters != input.end() && parameters->is_object()) {
+    if (auto size = parameters->find("binary_data_size"); size != parameters->end()) {
+      return TakeBinaryInput(*size, input.contains("data"), label, *elements, binary,
+                             std::move(tensor));
+    }
   }
   auto data = input.find("data");
   if (data == input.end()) {
@@ -270,10 +339,25 @@ void WriteData(std::string& out, const Tensor& tensor) {
   out += ']';
 }
 
-absl::StatusOr<InferRequest> DecodeDocument(std::string_view body) {
+// A boolean parameter (`parameters` an object, or absent); `where` names it for messages.
+absl::StatusOr<std::optional<bool>> BoolParameter(const json& object, const char* key,
+                                                  const std::string& where) {
+  auto parameters = object.find("parameters");
+  if (parameters == object.end() || !parameters->is_object()) return std::nullopt;
+  auto value = parameters->find(key);
+  if (value == parameters->end()) return std::nullopt;
+  if (!value->is_boolean()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, "parameters.", key, " must be true or false, got ",
+        value->dump(-1, ' ', false, json::error_handler_t::replace)));
+  }
+  return value->get<bool>();
+}
+
+absl::StatusOr<InferRequest> DecodeDocument(std::string_view text, BinaryTail* binary) {
   json document;
   try {
-    document = json::parse(body.begin(), body.end());
+    document = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." without the tag
     // (out_of_range.406 for a number such as 1e999 that no double holds).
@@ -298,7 +382,7 @@ absl::StatusOr<InferRequest> DecodeDocument(std::string_view body) {
   }
   std::set<std::string> names;
   for (size_t i = 0; i < inputs->size(); ++i) {
-    absl::StatusOr<Tensor> tensor = DecodeInput((*inputs)[i], i);
+    absl::StatusOr<Tensor> tensor = DecodeInput((*inputs)[i], i, binary);
     if (!tensor.ok()) return tensor.status();
     if (!names.insert(tensor->name).second) {
       return absl::InvalidArgumentError(
@@ -306,6 +390,16 @@ absl::StatusOr<InferRequest> DecodeDocument(std::string_view body) {
     }
     request.inputs.push_back(*std::move(tensor));
   }
+  if (binary->consumed != binary->bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the body has ", binary->bytes.size(), " bytes after the JSON (", binary->json_size,
+        " bytes, ", kInferenceHeaderContentLength, "), but the inputs' binary_data_size add up to ",
+        binary->consumed));
+  }
+  absl::StatusOr<std::optional<bool>> binary_output =
+      BoolParameter(document, "binary_data_output", "");
+  if (!binary_output.ok()) return binary_output.status();
+  request.binary_outputs.by_default = binary_output->value_or(false);
   if (auto outputs = document.find("outputs"); outputs != document.end()) {
     if (!outputs->is_array()) {
       return absl::InvalidArgumentError("'outputs' must be a list of {name}");
@@ -318,8 +412,12 @@ absl::StatusOr<InferRequest> DecodeDocument(std::string_view body) {
         return absl::InvalidArgumentError(
             absl::StrCat("outputs[", i, "] must be an object with a string 'name'"));
       }
+      absl::StatusOr<std::optional<bool>> binary_data = BoolParameter(
+          output, "binary_data", absl::StrCat("outputs[", i, "] (", name->get<std::string>(), "): "));
+      if (!binary_data.ok()) return binary_data.status();
       if (seen.insert(name->get<std::string>()).second) {
         request.requested_outputs.push_back(name->get<std::string>());
+        if (*binary_data) request.binary_outputs.per_output[name->get<std::string>()] = **binary_data;
       }
     }
   }
@@ -328,9 +426,32 @@ absl::StatusOr<InferRequest> DecodeDocument(std::string_view body) {
 
 }  // namespace
 
-absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body) {
+absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body,
+                                                std::optional<std::string_view> json_size_header) {
+  BinaryTail binary;
+  std::string_view text = body;
+  if (json_size_header) {
+    uint64_t json_size = 0;
+    auto [end, ec] = std::from_chars(json_size_header->data(),
+                                     json_size_header->data() + json_size_header->size(), json_size);
+    if (ec != std::errc() || end != json_size_header->data() + json_size_header->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the header ", kInferenceHeaderContentLength,
+          " must be the length in bytes of the JSON at the start of the body, an integer; got '",
+          std::string(*json_size_header), "'"));
+    }
+    if (json_size > body.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the header ", kInferenceHeaderContentLength, " says the JSON is ", json_size,
+          " bytes, but the body has only ", body.size()));
+    }
+    binary.present = true;
+    binary.json_size = json_size;
+    text = body.substr(0, json_size);
+    binary.bytes = body.substr(json_size);
+  }
   try {
-    return DecodeDocument(body);
+    return DecodeDocument(text, &binary);
   } catch (const json::exception& e) {
     // Not expected: values are only read as the types they were checked to have.
     return absl::InvalidArgumentError(absl::StrCat("cannot read the request: ", e.what()));
@@ -338,8 +459,21 @@ absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body) {
 }
 std::string EncodeInferResponse(std::string_view model_name, int64_t version,
                                 std::string_view id, const std::vector<Tensor>& outputs) {
-  size_t size_hint = 128;
-  for (const Tensor& t : outputs) size_hint += 64 + t.data.size() * 4;
+  return EncodeInferResponse(model_name, version, id, outputs, BinaryOutputs{}).body;
+}
+
+EncodedInferResponse EncodeInferResponse(std::string_view model_name, int64_t version,
+                                         std::string_view id, const std::vector<Tensor>& outputs,
+                                         const BinaryOutputs& binary) {
+  size_t size_hint = 128, binary_size = 0;
+  for (const Tensor& t : outputs) {
+    if (binary.IsBinary(t.name)) {
+      binary_size += t.data.size();
+    } else {
+      size_hint += 64 + t.data.size() * 4;
+    }
+  }
+  size_hint += binary_size;
   std::string out;
   out.reserve(size_hint);
   out += "{\"model_name\":";
@@ -364,12 +498,31 @@ std::string EncodeInferResponse(std::string_view model_name, int64_t version,
       if (d > 0) out += ',';
       out += std::to_string(t.shape[d]);
     }
-    out += "],\"data\":";
-    WriteData(out, t);
+    out += ']';
+    if (binary.IsBinary(t.name)) {
+      out += ",\"parameters\":{\"binary_data_size\":";
+      out += std::to_string(t.data.size());
+      out += '}';
+    } else {
+      out += ",\"data\":";
+      WriteData(out, t);
+    }
     out += '}';
   }
   out += "]}";
-  return out;
+  EncodedInferResponse response;
+  bool any_binary = false;
+  for (const Tensor& t : outputs) any_binary = any_binary || binary.IsBinary(t.name);
+  if (any_binary) {
+    response.json_size = out.size();
+    for (const Tensor& t : outputs) {
+      if (binary.IsBinary(t.name)) {
+        out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+      }
+    }
+  }
+  response.body = std::move(out);
+  return response;
 }
 
 std::string EncodeError(std::string_view message) {

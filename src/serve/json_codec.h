@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,13 +12,38 @@
 
 namespace shoal::serve {
 
-// A KServe v2 inference request, decoded from its JSON form.
+// Which outputs a REST request wants as raw bytes after the JSON (the binary tensor
+// extension): the request's parameters.binary_data_output for all of them, overridden by an
+// output's own parameters.binary_data.
+struct BinaryOutputs {
+  bool by_default = false;
+  std::map<std::string, bool> per_output;
+
+  bool IsBinary(const std::string& output) const {
+    auto it = per_output.find(output);
+    return it == per_output.end() ? by_default : it->second;
+  }
+  bool Any() const {
+    if (by_default) return true;
+    for (const auto& [name, binary] : per_output) {
+      if (binary) return true;
+    }
+    return false;
+  }
+};
+
+// A KServe v2 inference request, decoded from its JSON (REST) or protobuf (gRPC) form.
 struct InferRequest {
   std::string id;  // echoed in the response; empty when absent
   std::vector<Tensor> inputs;
   // The outputs asked for, in the order asked; empty: every output.
   std::vector<std::string> requested_outputs;
+  BinaryOutputs binary_outputs;  // REST only
 };
+
+// The HTTP header of the binary tensor extension: the length of the JSON at the start of a
+// body whose binary tensor data follows the JSON.
+inline constexpr char kInferenceHeaderContentLength[] = "Inference-Header-Content-Length";
 
 // Decodes the JSON body of POST /v2/models/{name}[/versions/{v}]/infer:
 //   {"id": "...", "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
@@ -24,9 +51,18 @@ struct InferRequest {
 // `data` is row-major, flat or nested as the shape is; BOOL takes true/false, the integer
 // types integers within their range, FP32/FP64 any number. Everything wrong with the body
 // (malformed JSON, missing or mistyped fields, a data count that is not the shape's element
-// count, values out of range, the binary tensor extension) is an InvalidArgument whose message
-// says what and where, e.g. "inputs[0] (x): shape [2,3] needs 6 values, data has 5".
-absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body);
+// count, values out of range) is an InvalidArgument whose message says what and where, e.g.
+// "inputs[0] (x): shape [2,3] needs 6 values, data has 5".
+//
+// The binary tensor extension: `json_size_header` is the Inference-Header-Content-Length
+// header's value when the request has one: the body's first that many bytes are the JSON, and
+// the rest is the bytes of the inputs with parameters.binary_data_size (instead of `data`),
+// one after the other in the order of `inputs`, little-endian and row-major (BOOL: one byte, 0
+// or 1). Every size must add up: the header a number no larger than the body, each
+// binary_data_size the input's shape x datatype size, their sum the bytes after the JSON;
+// anything else is an InvalidArgument saying which number is off.
+absl::StatusOr<InferRequest> DecodeInferRequest(
+    std::string_view body, std::optional<std::string_view> json_size_header = std::nullopt);
 
 // The JSON body of a successful inference:
 //   {"model_name": "m", "model_version": "1", "id": "...", "outputs": [{"name": "y",
@@ -35,6 +71,18 @@ absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body);
 // and -Infinity (as Python's json module reads and writes them; strict JSON has no spelling).
 std::string EncodeInferResponse(std::string_view model_name, int64_t version,
                                 std::string_view id, const std::vector<Tensor>& outputs);
+
+// A response body with the binary tensor extension: the outputs `binary` selects appear in the
+// JSON with parameters.binary_data_size instead of data, and their bytes follow the JSON in
+// the order of `outputs`. `json_size` is the JSON's length (the Inference-Header-Content-Length
+// to send) when some output is binary, nullopt when the body is all JSON.
+struct EncodedInferResponse {
+  std::string body;
+  std::optional<size_t> json_size;
+};
+EncodedInferResponse EncodeInferResponse(std::string_view model_name, int64_t version,
+                                         std::string_view id, const std::vector<Tensor>& outputs,
+                                         const BinaryOutputs& binary);
 
 // {"error": "<message>"}
 std::string EncodeError(std::string_view message);

@@ -16,6 +16,7 @@
 #include "absl/strings/ascii.h"
 #include "common/files.h"
 #include "serve/backend_loader.h"
+#include "serve/inference_grpc_server.h"
 #include "serve/inference_http_server.h"
 #include "serve/model_backend.h"
 #include "serve/model_manager.h"
@@ -110,7 +111,20 @@ int RunServer(const ServeOptions& options) {
     std::cerr << "shoal serve: " << http.status().message() << "\n";
     return kExitFailure;
   }
+  GrpcServerOptions grpc_options;
+  grpc_options.host = options.host;
+  grpc_options.port = options.grpc_port;
+  grpc_options.threads = options.grpc_threads;
+  grpc_options.max_message_bytes = options.max_request_bytes;
+  grpc_options.auth_token = token;
+  absl::StatusOr<std::unique_ptr<InferenceGrpcServer>> grpc =
+      InferenceGrpcServer::Start(grpc_options, models.get());
+  if (!grpc.ok()) {
+    std::cerr << "shoal serve: " << grpc.status().message() << "\n";
+    return kExitFailure;
+  }
   std::cout << "shoal serve: listening on http://" << options.host << ":" << (*http)->port()
+            << "\nshoal serve: listening on grpc://" << options.host << ":" << (*grpc)->port()
             << std::endl;
   std::cerr << "shoal serve: " << (*backend)->Description() << ", " << cpus
             << " CPU(s); loading " << scan->models.size() << " model(s) from "
@@ -127,10 +141,13 @@ int RunServer(const ServeOptions& options) {
             << ", shutting down" << std::endl;
   // Stop taking requests and finish the ones being answered; then stop loading (the model
   // being warmed up finishes first) and the models' instances.
+  std::thread grpc_stop([&] { (*grpc)->Stop(); });
   (*http)->Stop();
+  grpc_stop.join();
   models->Cancel();
   loader.join();
   http->reset();
+  grpc->reset();
   models.reset();
   return kExitOk;
 }

@@ -14,15 +14,20 @@ struct ServeOptions {
   uint16_t http_port = 8000;  // 0: a free port, printed
   // Threads answering HTTP requests (each request waiting for its model holds one).
   int http_threads = 64;
-  size_t max_request_bytes = 64 << 20;  // larger bodies get 413
+  size_t max_request_bytes = 64 << 20;  // larger bodies get 413, larger gRPC messages
+                                        // RESOURCE_EXHAUSTED
+  uint16_t grpc_port = 8001;  // on `host`; 0: a free port, printed
+  // Threads running gRPC ModelInfer calls (each call waiting for its model holds one).
+  int grpc_threads = 64;
   // A file holding the token callers must send (Authorization: Bearer <token>); required when
   // `host` is not a loopback address. Empty: SHOAL_SERVE_TOKEN_FILE, else no token.
   std::string token_file;
 };
 
-// Serves the repository's models until SIGINT or SIGTERM. Prints
+// Serves the repository's models over REST and gRPC until SIGINT or SIGTERM. Prints
 //   shoal serve: listening on http://HOST:PORT
-// on stdout once the port is bound (models load after that; /v2/health/ready says when they
+//   shoal serve: listening on grpc://HOST:PORT
+// on stdout once both ports are bound (models load after that; /v2/health/ready says when they
 // are), and what happens to each model on stderr. Returns the process exit code: 0 after a
 // signal, 2 when the repository is missing or unreadable or a non-loopback --host comes
 // without a token, 1 when the server cannot start

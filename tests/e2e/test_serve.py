@@ -35,7 +35,7 @@ class Server:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [shoal_bin, "serve", "--model-repository", str(repository), "--http-port", "0",
-                 *map(str, extra)],
+                 "--grpc-port", "0", *map(str, extra)],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=e2e.base_env(),
                 start_new_session=True)
         line = e2e.wait_until(self._listening_line, 60, "shoal serve to print its port")
