@@ -4,19 +4,14 @@
 
 #include <algorithm>
 #include <climits>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <mutex>
-#include <thread>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "serve/bearer_token.h"
 #include "serve/grpc_codec.h"
 #include "serve/model_manager.h"
+#include "serve/worker_pool.h"
 
 namespace shoal::serve {
 namespace {
@@ -39,55 +34,6 @@ std::optional<std::string> VersionOf(const std::string& version) {
   if (version.empty()) return std::nullopt;
   return version;
 }
-
-// A fixed set of threads running posted tasks in order. ModelInfer calls block while their
-// model works; they wait here rather than on gRPC's callback threads, which must not block.
-class WorkerPool {
- public:
-  explicit WorkerPool(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
-  }
-  ~WorkerPool() { Stop(); }
-
-  void Post(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back(std::move(task));
-    wake_.notify_one();
-  }
-
-  // Runs what is queued, then joins. REQUIRES: nothing is posted after it starts.
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-      wake_.notify_all();
-    }
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
-  }
-
- private:
-  void Work() {
-    while (true) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;  // stopping, and nothing left
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
