@@ -18,6 +18,7 @@ packages=(
   python3-dev python3-distutils python3-setuptools python3-wheel python3-psutil python3-yaml
   python3-packaging libtorch-dev libgloo-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
+  python3-grpcio python3-grpc-tools
   openmpi-bin python3-mpi4py hyperfine procps iproute2
   python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
