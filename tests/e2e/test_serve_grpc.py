@@ -707,3 +707,42 @@ def test_sigterm_stops_a_server_answering_grpc(shoal_bin, repository, tmp_path, 
         assert "shoal serve: SIGTERM, shutting down" in s.stderr()
     finally:
         s.kill()
+
+
+class SlowToWarmUp(torch.nn.Module):
+    """One pass over x per row of x: a warmup with many rows keeps the model loading."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x
+        for _ in range(x.size(0)):
+            y = torch.sin(y)
+        return y
+
+
+def test_while_a_model_loads_it_is_unavailable_and_not_ready(shoal_bin, tmp_path, pb):
+    repo = tmp_path / "models"
+    (repo / "slow" / "1").mkdir(parents=True)
+    torch.jit.script(SlowToWarmUp()).save(str(repo / "slow" / "1" / "model.pt"))
+    # About a minute of warmup here (2.8 s a run): the calls below are made while it runs,
+    # and the server is killed before it ends.
+    (repo / "slow" / "config.yaml").write_text(
+        "inputs: [{name: x, datatype: FP32, dims: [-1, 1]}]\n"
+        "warmup:\n  - count: 20\n    inputs: {x: {dims: [50000, 1], fill: one}}\n")
+    s = GrpcServer(shoal_bin, repo, tmp_path, pb)
+    try:
+        m = s.messages
+        assert s.call("ServerReady", m.ServerReadyRequest()).ready is False
+        assert s.call("ModelReady", m.ModelReadyRequest(name="slow")).ready is False
+        request = infer_request(s, "slow", [("x", torch.ones(2, 1), "FP32")], raw=True)
+        assert s.error("ModelInfer", request) == (grpc.StatusCode.UNAVAILABLE,
+                                                  "model 'slow' is still loading")
+        assert s.error("ModelMetadata", m.ModelMetadataRequest(name="slow")) == (
+            grpc.StatusCode.UNAVAILABLE, "model 'slow' is still loading")
+        status, body = s.infer("slow", [{"name": "x", "shape": [2, 1], "datatype": "FP32",
+                                         "data": [1, 2]}])
+        assert (status, body) == (503, {"error": "model 'slow' is still loading"})
+        # Still loading after all that: the answers above were not a race with the end of it.
+        assert s.call("ServerReady", m.ServerReadyRequest()).ready is False
+    finally:
+        s.close()
+        s.kill()
