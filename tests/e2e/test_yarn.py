@@ -153,8 +153,9 @@ def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job,
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
     record = json.loads((job_dir / "agents" / "yarn" / "application.json").read_text())
     assert record["application_id"] == app["id"]
-    # Two containers on two different NodeManagers: the AM's log names where each went.
-    assert not running_containers(cluster, app["id"])
+    # The NodeManagers learn of the application's end on their next heartbeat.
+    e2e.wait_until(lambda: not running_containers(cluster, app["id"]), 30,
+                   "every container of the application to end")
     # The job's logs stay with the job after the application is gone.
     logs = run_shoal("logs", job_dir.name, timeout=30)
     assert logs.returncode == 0, logs.stderr
