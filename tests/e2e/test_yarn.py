@@ -295,3 +295,64 @@ def test_bad_yarn_flags_are_refused_before_anything_starts(run_shoal, write_job,
     assert r.returncode == 2 and "need --backend yarn" in r.stderr, r.stderr
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
     assert not apps_named(cluster, "shoal-yarn-flags")
+
+
+def hdfs_listing(cluster, path):
+    parts = urllib.parse.urlsplit(cluster["SHOAL_WEBHDFS"])
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn.request("GET", f"/webhdfs/v1{path}?op=LISTSTATUS&user.name=shoal")
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    if response.status == 404:
+        return []
+    assert response.status == 200, data
+    return [s["pathSuffix"] for s in json.loads(data)["FileStatuses"]["FileStatus"]]
+
+
+def test_ddp_resumes_from_its_hdfs_checkpoint_after_a_worker_container_is_killed(
+        start_shoal, write_job, repo_root, jobs_dir, cluster, yarn_env, tmp_path):
+    train = repo_root / "examples" / "pytorch-ddp" / "train.py"
+    ckpt = f"/e2e/{tmp_path.name}/ckpt"
+    # The tasks run in containers with the NodeManager's environment: the job file gives them
+    # this checkout's SDK and the NameNode's WebHDFS address.
+    job = write_job(f"""
+        name: yarn-hdfs-ckpt
+        framework: pytorch
+        on_failure: restart-group
+        max_restarts: 3
+        backoff: {{initial: 100ms, max: 100ms}}
+        checkpoint: {{dir: "{cluster['SHOAL_HDFS']}{ckpt}", keep: 2}}
+        roles:
+          worker:
+            instances: 2
+            command: ["/usr/bin/python3", "{train}", "--epochs", "10", "--checkpoint-every", "10",
+                      "--step-delay", "0.05"]
+            resources: {{cpus: 1, memory: 1GiB}}
+            env:
+              PYTHONPATH: "{e2e.SDK_PYTHON_DIR}"
+              SHOAL_WEBHDFS: "{cluster['SHOAL_WEBHDFS']}"
+        """)
+    client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    e2e.wait_until(lambda: [n for n in hdfs_listing(cluster, ckpt) if n.startswith("ckpt-")],
+                   120, "a checkpoint on HDFS")
+    agents = e2e.wait_until(lambda: agent_processes(job_dir) or None, 30, "the agents")
+    assert len(agents) == 2, agents
+    # A whole worker container, killed mid-training as a lost NodeManager would lose it.
+    os.kill(agents[-1], 9)
+    rc = client.wait(240)
+    out = client.stdout()
+    assert rc == 0, f"rc={rc}\n{out}\n{client.stderr()}"
+    resumed = [int(m.group(1)) for l in out.splitlines()
+               if (m := re.search(r"resumed from checkpoint step (\d+)", l))]
+    assert resumed and min(resumed) > 0, out
+    accuracy = [float(m.group(1)) for l in out.splitlines()
+                if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
+    assert accuracy and accuracy[-1] >= 0.90, out
+    events = e2e.read_events(job_dir)
+    assert e2e.events_of(events, "place_lost"), "no container was lost"
+    assert [e for e in e2e.events_of(events, "place_replacing") if e["ok"]]
+    names = hdfs_listing(cluster, ckpt)
+    assert len([n for n in names if n.startswith("ckpt-")]) == 2, names  # keep: 2
+    assert not [n for n in names if n.startswith(".tmp-")], names
