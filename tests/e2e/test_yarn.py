@@ -356,3 +356,42 @@ def test_ddp_resumes_from_its_hdfs_checkpoint_after_a_worker_container_is_killed
     names = hdfs_listing(cluster, ckpt)
     assert len([n for n in names if n.startswith("ckpt-")]) == 2, names  # keep: 2
     assert not [n for n in names if n.startswith(".tmp-")], names
+
+
+def test_hdfs_checkpoint_write_killed_midway_leaves_the_previous_one_readable(cluster, tmp_path):
+    """The SDK's WebHdfsStorage is all or nothing: a writer killed between the two halves of a
+    checkpoint (SHOAL_TEST_CHECKPOINT_WRITE_DELAY_S) leaves only a temporary, which listing
+    ignores and the next save removes."""
+    ckpt = f"/e2e/{tmp_path.name}/torn"
+    uri = f"{cluster['SHOAL_HDFS']}{ckpt}"
+    env = {**e2e.base_env(), "PYTHONPATH": str(e2e.SDK_PYTHON_DIR),
+           "SHOAL_WEBHDFS": cluster["SHOAL_WEBHDFS"]}
+    script = ("import shoal, sys\n"
+              f"c = shoal.Checkpointer(dir={uri!r}, serializer='raw')\n"
+              "c.save(int(sys.argv[1]), sys.argv[2].encode() * 100000)\n"
+              "print('SAVED', flush=True)\n")
+    r = subprocess.run(["/usr/bin/python3", "-c", script, "10", "a"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SAVED" in r.stdout, r.stderr
+    writer = subprocess.Popen(["/usr/bin/python3", "-c", script, "20", "b"],
+                              env={**env, "SHOAL_TEST_CHECKPOINT_WRITE_DELAY_S": "120"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        e2e.wait_until(lambda: [n for n in hdfs_listing(cluster, ckpt) if n.startswith(".tmp-")],
+                       60, "the half-written temporary")
+    finally:
+        writer.kill()
+        writer.wait(30)
+    reader = ("import shoal\n"
+              f"c = shoal.Checkpointer(dir={uri!r}, serializer='raw')\n"
+              "step, data = c.load_latest()\n"
+              "print(step, len(data), set(data))\n")
+    r = subprocess.run(["/usr/bin/python3", "-c", reader], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["10", "100000"], r.stdout
+    r = subprocess.run(["/usr/bin/python3", "-c", script, "30", "c"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    names = hdfs_listing(cluster, ckpt)
+    assert sorted(names) == ["ckpt-000000000010.pt", "ckpt-000000000030.pt"], names
