@@ -8,7 +8,9 @@ Three layers, each replaceable without touching training scripts:
 - `CheckpointStorage`: where the bytes live. Four operations on named objects: `list` (complete
   objects only), `write_atomically` (all or nothing: readers see the old state or the whole new
   object, never part of it), `read`, `delete`.
-- `LocalDirStorage`: the only storage today, a directory on a POSIX filesystem. An object is
+- `WebHdfsStorage`: an HDFS directory through WebHDFS, chosen for `hdfs://` directories
+  (docs/backends/yarn.md): a temporary name, then one RENAME over the final name.
+- `LocalDirStorage`: a directory on a POSIX filesystem. An object is
   written to `.tmp-<name>.<pid>.<random>` in the same directory, flushed and fsync'd, renamed
   to `<name>`, then the directory is fsync'd. `list` never shows `.tmp-*` files; a writer killed
   mid-write leaves one behind, and the next successful write removes temporaries older than its
