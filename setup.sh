@@ -99,7 +99,8 @@ if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv horovod examples/horovod/requirements.txt --system-site-packages
 fi
 
-# The YARN test cluster's jar (tests/yarn/minicluster): Hadoop's jars from Maven Central into a
+# The YARN test cluster's jar (tests/yarn/minicluster) and the YARN backend's application master
+# (src/backends/yarn/am): Hadoop's jars from Maven Central into a
 # fixed Maven repository that every clone shares (about 350 MB, once), then a Maven build,
 # skipped while the jar is newer than its sources. SHOAL_SKIP_YARN=1 skips it.
 if [ "${SHOAL_SKIP_YARN:-0}" != 1 ]; then
@@ -109,6 +110,8 @@ if [ "${SHOAL_SKIP_YARN:-0}" != 1 ]; then
     "${sudo_cmd[@]}" chown "$(id -u):$(id -g)" "$m2"
   fi
   SHOAL_M2_REPO=$m2 "$repo/tests/yarn/cluster.sh" build
+  # Shoal's YARN application master (--backend yarn), compiled against the same Hadoop jars.
+  SHOAL_M2_REPO=$m2 "$repo/src/backends/yarn/am/build.sh"
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0

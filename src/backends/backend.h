@@ -93,6 +93,11 @@ class Backend {
   // The master gave up on this place (its agent went silent): kill its agent and every task
   // there now, without waiting. Non-blocking; the place-lost callback may follow.
   virtual void TerminatePlace(const std::string& node) = 0;
+  // How the job ended, told just before Release, for resource managers that keep a record of
+  // it (YARN's final application status: SUCCEEDED, FAILED, or KILLED when killed through
+  // Shoal). Backends that keep none ignore it.
+  enum class Outcome { kSucceeded, kFailed, kKilled };
+  virtual void SetOutcome(Outcome outcome, const std::string& reason) {}
   // Stops agents still running and frees everything Acquire took. Safe to call twice.
   virtual void Release() = 0;
 

@@ -19,6 +19,7 @@
 #include "backends/local/local_backend.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
+#include "backends/yarn/yarn_backend.h"
 #include "common/files.h"
 #include "master/master.h"
 #include "master/tensorboard_sidecar.h"
@@ -108,6 +109,30 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
       listen_host = *address;
     }
     backend = std::make_unique<backends::SlurmBackend>(std::move(slurm));
+  } else if (backend_name == "yarn") {
+    // `shoal run` resolved and checked these (flags over the job file's `yarn:` section).
+    const nlohmann::json flags = submit.value("yarn", nlohmann::json::object());
+    backends::YarnBackendOptions yarn;
+    yarn.rm_web = flags.value("rm_web", "");
+    yarn.request.queue = flags.value("queue", spec->yarn.queue);
+    yarn.request.node_label = flags.value("node_label", spec->yarn.node_label);
+    yarn.am_jar = flags.value("am_jar", "");
+    yarn.am_classpath = flags.value("am_classpath", "");
+    yarn.state_dir = job_dir + "/agents/yarn";
+    if (yarn.rm_web.empty() || yarn.am_jar.empty()) {
+      spdlog::error("{}/submit.json lacks yarn.rm_web or yarn.am_jar", job_dir);
+      return 2;
+    }
+    if (listen_host.empty()) {
+      auto address = backends::YarnBackend::AddressTowardsResourceManager(yarn.rm_web);
+      if (!address.ok()) {
+        spdlog::error("{}; give the address agents can reach this machine at with --listen",
+                      std::string(address.status().message()));
+        return 2;
+      }
+      listen_host = *address;
+    }
+    backend = std::make_unique<backends::YarnBackend>(std::move(yarn));
   } else if (backend_name == "local") {
     spec::InventoryOptions inv;
     if (submit.contains("fake_gpus")) inv.fake_gpus = submit["fake_gpus"].get<uint32_t>();
@@ -184,8 +209,9 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
 
 namespace {
 
-// The GPUs Slurm bound to this task. Empty when the task asked for none.
-std::vector<std::string> SlurmBoundGpus() {
+// The GPUs the resource manager bound to this agent (Slurm, YARN): CUDA_VISIBLE_DEVICES. Empty
+// when the task asked for none.
+std::vector<std::string> BoundGpus() {
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   std::vector<std::string> gpus;
   if (visible == nullptr) return gpus;
@@ -221,9 +247,10 @@ int RunAgentDaemon(const AgentFlags& flags) {
     options.node_name = *place;
     // Several of the job's agents may share this machine: each keeps its files apart.
     options.work_dir = absl::StrCat(options.work_dir, "/", *place);
-    options.bound_gpus = SlurmBoundGpus();
+    options.bound_gpus = BoundGpus();
     options.hide_slurm_step_env = true;
   }
+  if (flags.gpus_from_env) options.bound_gpus = BoundGpus();
   options.ports = flags.ports;
   options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;

@@ -21,6 +21,9 @@ struct AgentFlags {
   // Started by srun for one Slurm task: the job's place map ("chief:0,worker:1") and
   // SLURM_PROCID name its place; the GPUs Slurm bound to the task are the agent's.
   std::string slurm_place;
+  // The resource manager bound this agent's GPUs (YARN's GPU plugin): they are the ones in
+  // CUDA_VISIBLE_DEVICES, none when it is unset.
+  bool gpus_from_env = false;
   uint32_t watchdog_ms = 0;   // 0: no watchdog
   std::string shoal_binary;   // for the watchdog
 };

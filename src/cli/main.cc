@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   auto* fake_opt = run_cmd->add_option(
       "--fake-gpus", fake_gpus,
       "Declare N GPUs on this machine instead of discovering them (for testing assignment)");
-  std::string partition, account, constraint, time_limit;
+  std::string partition, account, constraint, time_limit, queue, node_label;
   // `submit` is `run --detach`: the same flags, the job id printed once it started.
   auto* submit_cmd = app.add_subcommand("submit", "Start a job and print its id (run --detach)");
   for (CLI::App* cmd : {run_cmd, submit_cmd}) {
@@ -76,12 +76,18 @@ int main(int argc, char** argv) {
     cmd->add_option("--listen", run.listen_host,
                     "Address the job's master listens on (default 127.0.0.1; with --backend "
                     "slurm, this machine's address towards the Slurm controller)");
-    cmd->add_option("--backend", run.backend, "Where the job runs: local (default) or slurm")
-        ->check(CLI::IsMember({"local", "slurm"}));
+    cmd->add_option("--backend", run.backend,
+                    "Where the job runs: local (default), slurm or yarn")
+        ->check(CLI::IsMember({"local", "slurm", "yarn"}));
     cmd->add_option("--partition", partition, "Slurm partition (slurm.partition)");
     cmd->add_option("--account", account, "Slurm account (slurm.account)");
     cmd->add_option("--constraint", constraint, "Slurm node features (slurm.constraint)");
     cmd->add_option("--time-limit", time_limit, "Slurm time limit, e.g. 2h (slurm.time_limit)");
+    cmd->add_option("--yarn-rm", run.yarn_rm,
+                    "YARN ResourceManager web address, http://HOST:PORT (default "
+                    "$SHOAL_YARN_RM_WEB)");
+    cmd->add_option("--queue", queue, "YARN queue (yarn.queue)");
+    cmd->add_option("--node-label", node_label, "YARN node label expression (yarn.node_label)");
   }
 
   std::string job, task;
@@ -156,6 +162,8 @@ int main(int argc, char** argv) {
                         "Kill the agent and its tasks when it sends no heartbeat this long (0: never)");
   agent_cmd->add_option("--slurm-place", agent.slurm_place,
                         "ROLE:RANK,...: serve the place of Slurm task SLURM_PROCID with the GPUs Slurm bound");
+  agent_cmd->add_flag("--gpus-from-env", agent.gpus_from_env,
+                      "The GPUs are those in CUDA_VISIBLE_DEVICES, as the resource manager set it");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
   bool no_task_output = false;
   agent_cmd->add_flag("--no-task-output", no_task_output,
@@ -207,6 +215,12 @@ int main(int argc, char** argv) {
                    "--backend slurm\n";
       return kExitUsage;
     }
+    if (run.backend != "yarn" && (!run.yarn_rm.empty() || !queue.empty() || !node_label.empty())) {
+      std::cerr << "shoal: --yarn-rm, --queue and --node-label need --backend yarn\n";
+      return kExitUsage;
+    }
+    if (!queue.empty()) run.queue = queue;
+    if (!node_label.empty()) run.node_label = node_label;
     run.shoal_binary = self;
     if (fake_opt->count() > 0) run.fake_gpus = fake_gpus;
     return shoal::client::RunJob(run);

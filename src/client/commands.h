@@ -19,9 +19,13 @@ struct RunOptions {
   std::optional<uint32_t> fake_gpus;
   std::string listen_host;           // empty: the backend's default (local: 127.0.0.1)
   std::string shoal_binary;          // this executable, to start the master
-  std::string backend = "local";     // local | slurm
+  std::string backend = "local";     // local | slurm | yarn
   // Slurm flags; each overrides the job file's `slurm:` key of the same name when given.
   std::optional<std::string> partition, account, constraint, time_limit;
+  // YARN: the ResourceManager's web address (default $SHOAL_YARN_RM_WEB); queue and node label
+  // override the job file's `yarn:` keys when given.
+  std::string yarn_rm;
+  std::optional<std::string> queue, node_label;
 };
 
 // Validates, creates the job directory, starts the master and (unless detached) follows the

@@ -13,12 +13,14 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
+#include "backends/yarn/yarn_backend.h"
 #include "common/byte_size.h"
 #include "client/commands.h"
 #include "master/tensorboard_sidecar.h"
@@ -193,6 +195,7 @@ int RunJob(const RunOptions& options) {
   }
   std::string listen_host = options.listen_host;
   nlohmann::json slurm = nlohmann::json::object();
+  nlohmann::json yarn = nlohmann::json::object();
   if (options.backend == "local") {
     spec::InventoryOptions inv_options;
     inv_options.fake_gpus = options.fake_gpus;
@@ -245,8 +248,77 @@ int RunJob(const RunOptions& options) {
                 << "\n";
       return kExitUsage;
     }
+  } else if (options.backend == "yarn") {
+    // Everything the master needs is resolved here, before anything exists, and recorded in
+    // submit.json: a wrong address, flag or missing jar changes nothing.
+    std::string rm = options.yarn_rm;
+    if (rm.empty()) {
+      const char* env = std::getenv("SHOAL_YARN_RM_WEB");
+      rm = env ? env : "";
+    }
+    if (rm.empty()) {
+      std::cerr << "shoal: --backend yarn needs the ResourceManager's web address: "
+                   "--yarn-rm http://HOST:PORT or SHOAL_YARN_RM_WEB\n";
+      return kExitUsage;
+    }
+    auto rm_web = backends::NormalizeRmWebAddress(rm);
+    if (!rm_web.ok()) {
+      std::cerr << "shoal: invalid flag: --yarn-rm: " << rm_web.status().message() << "\n";
+      return kExitUsage;
+    }
+    std::string flags;
+    if (options.queue) flags += "  queue: \"" + absl::CEscape(*options.queue) + "\"\n";
+    if (options.node_label) {
+      flags += "  node_label: \"" + absl::CEscape(*options.node_label) + "\"\n";
+    }
+    spec::YarnConfig request = spec->yarn;
+    if (!flags.empty()) {
+      auto checked = spec::ParseJobSpec("yarn:\n" + flags + "roles:\n  r: {command: [x]}\n",
+                                        "command line", ".");
+      if (!checked.ok()) {
+        std::string msg(checked.status().message());
+        absl::StrReplaceAll({{"command line:2: ", ""}, {"command line:3: ", ""},
+                             {"yarn.queue", "--queue"}, {"yarn.node_label", "--node-label"}},
+                            &msg);
+        std::cerr << "shoal: invalid flag: " << msg << "\n";
+        return kExitUsage;
+      }
+      if (options.queue) request.queue = checked->yarn.queue;
+      if (options.node_label) request.node_label = checked->yarn.node_label;
+    }
+    const char* jar_env = std::getenv("SHOAL_YARN_AM_JAR");
+    std::string am_jar = jar_env && *jar_env ? jar_env : SHOAL_DEFAULT_YARN_AM_JAR;
+    if (!std::filesystem::is_regular_file(am_jar)) {
+      std::cerr << "shoal: --backend yarn: no application master jar at " << am_jar
+                << "; build it with src/backends/yarn/am/build.sh (./setup.sh does), or name "
+                   "it with SHOAL_YARN_AM_JAR\n";
+      return kExitUsage;
+    }
+    if (auto st = backends::YarnBackend::CheckResourceManager(*rm_web); !st.ok()) {
+      std::cerr << "shoal: --backend yarn: the ResourceManager at " << *rm_web
+                << " does not answer: " << st.message() << "\n";
+      return kExitUsage;
+    }
+    if (listen_host.empty()) {
+      auto address = backends::YarnBackend::AddressTowardsResourceManager(*rm_web);
+      if (!address.ok()) {
+        std::cerr << "shoal: --backend yarn: " << address.status().message()
+                  << "; give the address agents reach this machine at with --listen\n";
+        return kExitUsage;
+      }
+      listen_host = *address;
+    }
+    const char* classpath = std::getenv("SHOAL_YARN_AM_CLASSPATH");
+    const char* conf_dir = std::getenv("HADOOP_CONF_DIR");
+    yarn = {{"rm_web", *rm_web},
+            {"queue", request.queue},
+            {"node_label", request.node_label},
+            {"am_jar", std::filesystem::absolute(am_jar).string()},
+            {"am_classpath", classpath && *classpath
+                                 ? std::string(classpath)
+                                 : backends::DefaultYarnAmClasspath(conf_dir ? conf_dir : "")}};
   } else {
-    std::cerr << "shoal: unknown backend '" << options.backend << "'; use local or slurm\n";
+    std::cerr << "shoal: unknown backend '" << options.backend << "'; use local, slurm or yarn\n";
     return kExitUsage;
   }
   auto text = ReadFile(options.job_file);
@@ -266,6 +338,7 @@ int RunJob(const RunOptions& options) {
       {"backend", options.backend},
   };
   if (!slurm.empty()) submit["slurm"] = slurm;
+  if (!yarn.empty()) submit["yarn"] = yarn;
   if (options.fake_gpus) submit["fake_gpus"] = *options.fake_gpus;
   absl::Status st = MakeDirs(job_dir);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", *text);

@@ -1301,6 +1301,11 @@ void Master::Finish() {
     SendToAgent(s, msg);
   }
   Commit();  // now, not after the batch: the agents exit on it, and Release waits for them
+  using Outcome = backends::Backend::Outcome;
+  backend_->SetOutcome(pending_outcome_->phase == JobPhase::kSucceeded ? Outcome::kSucceeded
+                       : pending_outcome_->phase == JobPhase::kKilled  ? Outcome::kKilled
+                                                                        : Outcome::kFailed,
+                       pending_outcome_->reason);
   backend_->Release();
   for (auto& [id, s] : sessions_) s.connection->Close();
   finished_unix_ms_ = options_.clock->UnixMillis();

@@ -118,6 +118,12 @@ struct SlurmConfig {
   std::string constraint;                 // node features, Slurm's --constraint syntax
 };
 
+// Where the job runs on YARN (`yarn:` in the job file); flags of `shoal run` override each.
+struct YarnConfig {
+  std::string queue;       // empty: the cluster's default queue
+  std::string node_label;  // node label expression every container must match; empty: none
+};
+
 // A TensorBoard beside the job (`tensorboard:` in the job file), started by the master for the
 // job's life and never part of its outcome.
 struct TensorBoardConfig {
@@ -150,6 +156,7 @@ struct JobSpec {
   CheckpointConfig checkpoint;
   DatasetConfig dataset;
   SlurmConfig slurm;
+  YarnConfig yarn;
   TensorBoardConfig tensorboard;
   MpiConfig mpi;
 

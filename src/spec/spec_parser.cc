@@ -39,7 +39,7 @@ namespace {
 constexpr absl::string_view kTopKeys[] = {
     "name",         "framework",        "success", "roles",     "on_failure", "restart",
     "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset",
-    "slurm", "tensorboard", "mpi"};
+    "slurm", "yarn", "tensorboard", "mpi"};
 constexpr absl::string_view kRoleKeys[] = {
     "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
     "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
@@ -51,6 +51,7 @@ constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
 constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
 constexpr absl::string_view kTensorBoardKeys[] = {"logdir", "command"};
 constexpr absl::string_view kSlurmKeys[] = {"partition", "account", "time_limit", "constraint"};
+constexpr absl::string_view kYarnKeys[] = {"queue", "node_label"};
 constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
                                               "lease_timeout"};
 // In the order the messages list them; the names come from job_spec.cc.
@@ -590,6 +591,7 @@ class Parser {
     if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
     if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
     if (const Entry* e = Find(entries, "slurm")) ParseSlurm(*e, spec.slurm);
+    if (const Entry* e = Find(entries, "yarn")) ParseYarn(*e, spec.yarn);
     if (const Entry* e = Find(entries, "tensorboard")) ParseTensorBoard(*e, spec.tensorboard);
     if (const Entry* e = Find(entries, "mpi")) ParseMpi(*e, spec);
     framework_ = spec.framework;
@@ -1029,6 +1031,45 @@ class Parser {
         }
       }
     }
+  }
+
+  void ParseYarn(const Entry& e, YarnConfig& out) {
+    const std::string path = "yarn";
+    if (!e.value.IsMap()) {
+      Error(e.line, path,
+            absl::StrCat("must be a map with queue and/or node_label, e.g. {queue: ml, "
+                         "node_label: gpu}, got ",
+                         Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, path, false);
+    CheckKnownKeys(entries, path, kYarnKeys);
+    // YARN's queue paths (root.ml.team) and label expressions (gpu, a&&b): anything else would
+    // only fail later, inside the ResourceManager, with a less helpful message.
+    auto name = [&](const char* key, std::string& into, absl::string_view extra,
+                    const char* form) {
+      const Entry* v = Find(entries, key);
+      if (v == nullptr) return;
+      std::string full = JoinKey(path, key);
+      auto text = Scalar(*v, full, form);
+      if (!text) return;
+      bool ok = !text->empty();
+      for (char c : *text) {
+        if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+            std::string_view("-_.").find(c) == std::string_view::npos &&
+            extra.find(c) == absl::string_view::npos) {
+          ok = false;
+        }
+      }
+      if (!ok) {
+        Error(v->line, full, absl::StrCat("must be ", form, ", got ", Describe(v->value)));
+        return;
+      }
+      into = *text;
+    };
+    name("queue", out.queue, "", "a YARN queue name (letters, digits, -_.), e.g. root.ml");
+    name("node_label", out.node_label, "&|!() ",
+         "a YARN node label expression (letters, digits, -_. and &|!()), e.g. gpu");
   }
 
   void ParseDataset(const Entry& e, DatasetConfig& out) {

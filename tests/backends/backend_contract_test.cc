@@ -1,6 +1,6 @@
 // One suite of behaviours every backend must have, run against each: the local backend on this
-// machine, and the Slurm backend on the test cluster (tests/slurm/cluster.sh; ctest brings it
-// up first). The agents dial a plain TCP listener standing in for nothing: these tests look at
+// machine, the Slurm backend on its test cluster (tests/slurm/cluster.sh) and the YARN backend
+// on its mini-cluster (tests/yarn/cluster.sh); ctest brings each cluster up first. The agents dial a plain TCP listener standing in for nothing: these tests look at
 // what the backend does with processes and the resource manager, not at the agents' protocol.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,6 +29,7 @@
 #include "backends/local/local_backend.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
+#include "backends/yarn/yarn_backend.h"
 #include "spec/inventory.h"
 
 namespace shoal::backends {
@@ -160,6 +161,37 @@ Flavour SlurmFlavour() {
           }};
 }
 
+// KEY=value of the YARN test cluster's env file ($SHOAL_YARN_DIR/env), "" when absent.
+std::string YarnEnv(const std::string& key) {
+  const char* dir = std::getenv("SHOAL_YARN_DIR");
+  std::istringstream lines(Slurp(std::string(dir ? dir : "/tmp/shoal-yarn") + "/env"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (absl::StartsWith(line, key + "=")) return line.substr(key.size() + 1);
+  }
+  return "";
+}
+
+Flavour YarnFlavour() {
+  return {"Yarn",
+          [](const std::string& dir, const std::string& job_id) -> std::unique_ptr<Backend> {
+            YarnBackendOptions o;
+            o.rm_web = YarnEnv("SHOAL_YARN_RM_WEB");
+            o.am_jar = SHOAL_DEFAULT_YARN_AM_JAR;
+            // The mini-cluster's Hadoop is its jar's lib/, not an installation.
+            o.am_classpath = YarnEnv("HADOOP_CONF_DIR") + ":" + SHOAL_SOURCE_DIR +
+                             "/tests/yarn/minicluster/target/lib/*";
+            o.state_dir = dir + "/yarn";
+            return std::make_unique<YarnBackend>(o);
+          },
+          "127.0.0.1",
+          [](const std::string& job_id) {
+            auto ids = YarnBackend::UnfinishedApplications(YarnEnv("SHOAL_YARN_RM_WEB"),
+                                                           "shoal-" + job_id);
+            return !ids.ok() || !ids->empty();
+          }};
+}
+
 class BackendContractTest : public ::testing::TestWithParam<Flavour> {
  protected:
   void SetUp() override {
@@ -169,6 +201,16 @@ class BackendContractTest : public ::testing::TestWithParam<Flavour> {
           << "SLURM_CONF is not set: start the test cluster (tests/slurm/cluster.sh up) and "
              "eval \"$(tests/slurm/cluster.sh env)\"";
       auto address = SlurmBackend::AddressTowardsController();
+      ASSERT_TRUE(address.ok()) << address.status();
+      listen_host_ = *address;
+    } else if (GetParam().name == "Yarn") {
+      // Brought up by ctest's yarn_cluster fixture; without it this must fail, loudly.
+      std::string rm = YarnEnv("SHOAL_YARN_RM_WEB");
+      ASSERT_FALSE(rm.empty())
+          << "no YARN test cluster ($SHOAL_YARN_DIR/env): start it (tests/yarn/cluster.sh up)";
+      ASSERT_TRUE(std::filesystem::is_regular_file(SHOAL_DEFAULT_YARN_AM_JAR))
+          << "no application master jar: src/backends/yarn/am/build.sh";
+      auto address = YarnBackend::AddressTowardsResourceManager(rm);
       ASSERT_TRUE(address.ok()) << address.status();
       listen_host_ = *address;
     } else {
@@ -284,7 +326,7 @@ TEST_P(BackendContractTest, ReleaseLeavesNothingRunningOrHeld) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContractTest,
-                         ::testing::Values(LocalFlavour(), SlurmFlavour()),
+                         ::testing::Values(LocalFlavour(), SlurmFlavour(), YarnFlavour()),
                          [](const ::testing::TestParamInfo<Flavour>& p) { return p.param.name; });
 
 }  // namespace

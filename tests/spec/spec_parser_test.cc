@@ -299,7 +299,7 @@ TEST(SpecParserTest, RejectsUnknownTopLevelKeyListingAcceptedKeys) {
   EXPECT_THAT(msg, HasSubstr("job.yaml:2: owner: unknown key;"));
   EXPECT_THAT(msg, HasSubstr("accepted keys: name, framework, success, roles, on_failure, "
                              "restart, max_restarts, progress_timeout, backoff, heartbeat, "
-                             "checkpoint, dataset, slurm, tensorboard"));
+                             "checkpoint, dataset, slurm, yarn, tensorboard"));
   EXPECT_THAT(msg, Not(HasSubstr("did you mean")));
 }
 
@@ -1857,6 +1857,28 @@ TEST(SpecParserTest, RejectsBadSlurmValues) {
               HasSubstr("slurm.time_limit: must be at least 1m"));
   EXPECT_THAT(Refusal("name: j\nslurm: {queue: a}\nroles:\n  a: {command: [x]}\n"),
               HasSubstr("slurm.queue: unknown key"));
+}
+
+// --- yarn --------------------------------------------------------------------------------------
+
+TEST(SpecParserTest, ReadsYarnSection) {
+  auto spec = ParseJobSpec("name: j\nyarn: {queue: root.ml, node_label: \"gpu&&ib\"}\nroles:\n"
+                           "  a: {command: [x]}\n",
+                           "job.yaml", "/base");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->yarn.queue, "root.ml");
+  EXPECT_EQ(spec->yarn.node_label, "gpu&&ib");
+}
+
+TEST(SpecParserTest, RejectsBadYarnValues) {
+  EXPECT_THAT(Refusal("name: j\nyarn: ml\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: yarn: must be a map"));
+  EXPECT_THAT(Refusal("name: j\nyarn: {queue: \"ml; rm\"}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:2: yarn.queue: must be a YARN queue name"));
+  EXPECT_THAT(Refusal("name: j\nyarn: {node_label: \"a'b\"}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("yarn.node_label: must be a YARN node label expression"));
+  EXPECT_THAT(Refusal("name: j\nyarn: {partition: a}\nroles:\n  a: {command: [x]}\n"),
+              HasSubstr("yarn.partition: unknown key"));
 }
 
 // --- tensorboard -------------------------------------------------------------------------------

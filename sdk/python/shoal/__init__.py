@@ -20,7 +20,8 @@ no-ops, checkpoints work locally, and data shards raise AgentUnavailable. See do
 """
 
 from . import env
-from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, checkpoint_name,
+from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, WebHdfsStorage,
+                         checkpoint_name,
                          checkpoint_step)
 from .data import LeaseReply, Shard, lease, shards
 from .errors import (AgentError, AgentTimeout, AgentUnavailable, LeaseLost, ShoalError)
@@ -28,6 +29,6 @@ from .reports import checkpointed, progress, resumed
 
 __all__ = [
     "AgentError", "AgentTimeout", "AgentUnavailable", "CheckpointStorage", "Checkpointer",
-    "LeaseLost", "LeaseReply", "LocalDirStorage", "Shard", "ShoalError", "checkpoint_name",
+    "LeaseLost", "LeaseReply", "LocalDirStorage", "WebHdfsStorage", "Shard", "ShoalError", "checkpoint_name",
     "checkpoint_step", "checkpointed", "env", "lease", "progress", "resumed", "shards",
 ]

@@ -1,0 +1,135 @@
+// What the YARN backend asks of YARN, computed from the job: places, container sizes, the AM's
+// command line and the REST submission. The backend's behaviour against a real ResourceManager
+// is in backend_contract_test (Yarn) and tests/e2e/test_yarn.py.
+#include "backends/yarn/yarn_request.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "nlohmann/json.hpp"
+
+namespace shoal::backends {
+namespace {
+
+using ::testing::HasSubstr;
+
+spec::JobSpec TwoRoles() {
+  spec::JobSpec job;
+  job.name = "j";
+  spec::Role ps;
+  ps.name = "ps";
+  ps.instances = 1;
+  ps.resources.cpus = 0.5;
+  ps.resources.memory_bytes = 0;
+  spec::Role worker;
+  worker.name = "worker";
+  worker.instances = 2;
+  worker.resources.cpus = 2.5;
+  worker.resources.memory_bytes = (2ull << 30) + 1;
+  worker.resources.gpus = 1;
+  job.roles = {ps, worker};
+  return job;
+}
+
+TEST(YarnRequestTest, OnePlacePerTaskNamedAfterIt) {
+  std::vector<NodeGrant> places = YarnPlaces(TwoRoles());
+  ASSERT_EQ(places.size(), 3u);
+  EXPECT_EQ(places[0].name, "ps.0");
+  EXPECT_EQ(places[0].for_task, "ps:0");
+  EXPECT_EQ(places[2].name, "worker.1");
+  EXPECT_EQ(places[2].for_task, "worker:1");
+  EXPECT_EQ(places[2].cpus, 3);  // whole vcores
+  EXPECT_TRUE(places[2].gpus_from_agent);
+  EXPECT_EQ(places[2].gpu_count, 1u);
+  EXPECT_FALSE(places[0].gpus_from_agent);
+}
+
+TEST(YarnRequestTest, ContainerHoldsTheTaskAndTheAgent) {
+  spec::Resources r;
+  r.memory_bytes = 2ull << 30;
+  EXPECT_EQ(YarnContainerMemoryMb(r), 2048 + kAgentHeadroomMb);
+  r.memory_bytes = (2ull << 30) + 1;  // rounds up to the next MB
+  EXPECT_EQ(YarnContainerMemoryMb(r), 2049 + kAgentHeadroomMb);
+  r.memory_bytes = 0;
+  EXPECT_EQ(YarnContainerMemoryMb(r), kDefaultTaskMemoryMb + kAgentHeadroomMb);
+  r.cpus = 0.25;
+  EXPECT_EQ(YarnContainerVcores(r), 1u);
+  r.cpus = 4;
+  EXPECT_EQ(YarnContainerVcores(r), 4u);
+}
+
+// The command line must come out of /bin/sh as the argv that went in.
+TEST(YarnRequestTest, ShellCommandKeepsEveryWordIntact) {
+  std::vector<std::string> argv = {"/opt/shoal bin/shoal", "it's", "a\"b", "$HOME", "*", ""};
+  std::string command = "printf '[%s]' " + YarnShellCommand(argv);
+  FILE* p = ::popen(command.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof buf - 1, p);
+  ::pclose(p);
+  EXPECT_EQ(std::string(buf, n), "[/opt/shoal bin/shoal][it's][a\"b][$HOME][*][]");
+}
+
+TEST(YarnRequestTest, NodeManagerExpansionsAreLeftForTheShell) {
+  // The NodeManager turns {{PWD}} into $PWD before the shell runs: it must not be in '...'.
+  EXPECT_EQ(YarnShellCommand({"--work-dir", "{{PWD}}/agent"}), "'--work-dir' \"{{PWD}}/agent\"");
+}
+
+TEST(YarnRequestTest, SubmissionCarriesTheAmKeyButNoAgentToken) {
+  YarnSubmission s;
+  s.application_id = "application_1_0001";
+  s.name = "shoal-j";
+  s.queue = "ml";
+  s.node_label = "gpu";
+  s.am_command = "java -cp x shoal.yarn.ShoalAppMaster e30=";
+  s.am_key = "k";
+  auto body = nlohmann::json::parse(YarnSubmissionJson(s));
+  EXPECT_EQ(body["application-id"], "application_1_0001");
+  EXPECT_EQ(body["application-name"], "shoal-j");
+  EXPECT_EQ(body["queue"], "ml");
+  EXPECT_EQ(body["am-container-node-label-expression"], "gpu");
+  EXPECT_EQ(body["max-app-attempts"], 1);
+  EXPECT_EQ(body["am-container-spec"]["commands"]["command"], s.am_command);
+  auto entries = body["am-container-spec"]["environment"]["entry"];
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0]["key"], "SHOAL_AM_KEY");
+  EXPECT_EQ(body["resource"]["memory"], 256);
+}
+
+TEST(YarnRequestTest, AmConfigListsEveryPlace) {
+  YarnAmPlace p;
+  p.name = "worker.0";
+  p.memory_mb = 640;
+  p.vcores = 2;
+  p.gpus = 1;
+  p.command = "'shoal' 'agent'";
+  auto config = nlohmann::json::parse(YarnAmConfigJson({p}, 60000));
+  EXPECT_EQ(config["idle_timeout_ms"], 60000);
+  ASSERT_EQ(config["places"].size(), 1u);
+  EXPECT_EQ(config["places"][0]["name"], "worker.0");
+  EXPECT_EQ(config["places"][0]["memory_mb"], 640);
+  EXPECT_EQ(config["places"][0]["gpus"], 1);
+}
+
+TEST(YarnRequestTest, RmWebAddressMustBeHttpHostPort) {
+  EXPECT_EQ(NormalizeRmWebAddress("http://rm:8088/").value(), "http://rm:8088");
+  for (const char* bad : {"rm:8088", "http://rm", "http://rm:0", "https://rm:8088",
+                          "http://rm:8088/cluster", "http://:8088"}) {
+    auto got = NormalizeRmWebAddress(bad);
+    EXPECT_FALSE(got.ok()) << bad;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("http://HOST:PORT")) << bad;
+  }
+}
+
+TEST(YarnRequestTest, DefaultClasspathIsYarnsApplicationClasspath) {
+  std::string cp = DefaultYarnAmClasspath("/etc/hadoop");
+  EXPECT_THAT(cp, ::testing::StartsWith("/etc/hadoop:"));
+  EXPECT_THAT(cp, HasSubstr("{{HADOOP_YARN_HOME}}/share/hadoop/yarn/*"));
+  EXPECT_THAT(DefaultYarnAmClasspath(""), ::testing::StartsWith("{{HADOOP_CONF_DIR}}:"));
+}
+
+}  // namespace
+}  // namespace shoal::backends

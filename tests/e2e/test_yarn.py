@@ -1,0 +1,397 @@
+"""The YARN backend end to end, on the project's YARN + HDFS mini-cluster (tests/yarn/cluster.sh:
+a ResourceManager, two NodeManagers of 4096 MB, 4 vcores and 2 GPUs each, HDFS). ctest's
+yarn_cluster fixture builds Shoal's application master, brings the cluster up before these
+tests and down after them; by hand: src/backends/yarn/am/build.sh && tests/yarn/cluster.sh up.
+Every test talks to YARN only through what an operator has: the ResourceManager's REST API."""
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+import shoal_e2e as e2e
+
+YARN_DIR = Path(os.environ.get("SHOAL_YARN_DIR", "/tmp/shoal-yarn"))
+CLUSTER_SH = e2e.REPO_ROOT / "tests" / "yarn" / "cluster.sh"
+AM_JAR = e2e.REPO_ROOT / "src" / "backends" / "yarn" / "am" / "target" / "shoal-yarn-am.jar"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    env_file = YARN_DIR / "env"
+    assert env_file.is_file(), (
+        f"no {env_file}: the YARN test cluster is not up. Run these tests through ctest (its "
+        f"yarn_cluster fixture starts it), or start it first: {CLUSTER_SH} up")
+    assert AM_JAR.is_file(), f"no {AM_JAR}: build it with src/backends/yarn/am/build.sh"
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    r = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "SHOAL_YARN_DIR": str(YARN_DIR)})
+    assert r.returncode == 0, f"cluster.sh status: {r.stdout}{r.stderr}"
+    return env
+
+
+@pytest.fixture
+def yarn_env(cluster):
+    """What `shoal run --backend yarn` needs to find this cluster: its ResourceManager, and the
+    classpath its application master runs with (the mini-cluster's Hadoop is a folder of jars,
+    not an installation under HADOOP_COMMON_HOME)."""
+    lib = e2e.REPO_ROOT / "tests" / "yarn" / "minicluster" / "target" / "lib"
+    return {"SHOAL_YARN_RM_WEB": cluster["SHOAL_YARN_RM_WEB"],
+            "SHOAL_YARN_AM_CLASSPATH": f"{cluster['HADOOP_CONF_DIR']}:{lib}/*"}
+
+
+@pytest.fixture(autouse=True)
+def no_application_left(cluster):
+    yield
+    # No test leaves an application running (each checks its own; this catches the rest).
+    for app in unfinished_apps(cluster, "shoal-"):
+        rest(cluster, "PUT", f"/ws/v1/cluster/apps/{app['id']}/state", {"state": "KILLED"})
+
+
+def rest(cluster, method, path, body=None):
+    parts = urllib.parse.urlsplit(cluster["SHOAL_YARN_RM_WEB"])
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        assert 200 <= response.status < 300, f"{method} {path}: HTTP {response.status}: {data!r}"
+        return json.loads(data) if data else {}
+    finally:
+        conn.close()
+
+
+def apps_named(cluster, name_prefix):
+    apps = (rest(cluster, "GET", "/ws/v1/cluster/apps").get("apps") or {}).get("app", [])
+    return [a for a in apps if a["name"].startswith(name_prefix)]
+
+
+def unfinished_apps(cluster, name_prefix):
+    return [a for a in apps_named(cluster, name_prefix)
+            if a["state"] not in ("FINISHED", "FAILED", "KILLED")]
+
+
+def app_of(cluster, job_id):
+    (app,) = apps_named(cluster, f"shoal-{job_id}")
+    return app
+
+
+def running_containers(cluster, app_id):
+    """Containers of `app_id` that any NodeManager still runs (its own REST API)."""
+    nodes = rest(cluster, "GET", "/ws/v1/cluster/nodes")["nodes"]["node"]
+    found = []
+    for node in nodes:
+        host, port = node["nodeHTTPAddress"].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("GET", "/ws/v1/node/containers", headers={"Accept": "application/json"})
+        data = json.loads(conn.getresponse().read())
+        conn.close()
+        for c in ((data.get("containers") or {}).get("container") or []):
+            if app_id.split("_", 1)[1] in c["id"] and c["state"] in ("NEW", "LOCALIZING",
+                                                                      "RUNNING"):
+                found.append(c["id"])
+    return found
+
+
+def agent_processes(job_dir):
+    """pids of live `shoal agent` processes dialling the job's master (the containers are
+    processes of this machine)."""
+    master = json.loads((job_dir / "master.json").read_text())["address"].encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            stat = open(f"/proc/{pid}/stat", "rb").read()
+        except OSError:
+            continue
+        if b") Z" not in stat and b"agent" in argv and master in argv:
+            found.append(int(pid))
+    return found
+
+
+def only_job_dir(jobs_dir):
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    return job_dir
+
+
+def fail_message(r):
+    return f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+
+
+def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job, repo_root,
+                                                           jobs_dir, cluster, yarn_env):
+    train = repo_root / "examples" / "pytorch-ddp" / "train.py"
+    # 2 GiB per worker (2176 MB containers with the agent): a NodeManager offers 4096 MB, so
+    # YARN must put the two workers on different NodeManagers.
+    job = write_job(f"""
+        name: yarn-ddp
+        framework: pytorch
+        roles:
+          worker:
+            instances: 2
+            command: ["/usr/bin/python3", "{train}", "--epochs", "10"]
+            resources: {{cpus: 1, memory: 2GiB}}
+        """)
+    r = run_shoal("run", "--backend", "yarn", job, timeout=280, env=yarn_env)
+    assert r.returncode == 0, fail_message(r)
+    accuracy = [float(m.group(1)) for l in r.stdout.splitlines()
+                if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
+    assert accuracy and accuracy[0] >= 0.90, r.stdout
+
+    job_dir = only_job_dir(jobs_dir)
+    events = e2e.read_events(job_dir)
+    registered = {e["node"] for e in e2e.events_of(events, "agent_registered")}
+    assert registered == {"worker.0", "worker.1"}, registered
+    app = app_of(cluster, job_dir.name)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+    record = json.loads((job_dir / "agents" / "yarn" / "application.json").read_text())
+    assert record["application_id"] == app["id"]
+    # The NodeManagers learn of the application's end on their next heartbeat.
+    e2e.wait_until(lambda: not running_containers(cluster, app["id"]), 30,
+                   "every container of the application to end")
+    # The job's logs stay with the job after the application is gone.
+    logs = run_shoal("logs", job_dir.name, timeout=30)
+    assert logs.returncode == 0, logs.stderr
+    assert any(l.startswith("worker:0 | final_accuracy=") for l in logs.stdout.splitlines())
+
+
+def test_shoal_kill_kills_the_application_and_leaves_no_container(run_shoal, detach_job,
+                                                                  write_job, wait_for_state,
+                                                                  jobs_dir, cluster, yarn_env):
+    job = write_job("""
+        name: yarn-kill
+        roles:
+          worker:
+            instances: 2
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    job_id = detach_job(job, "--backend", "yarn", env=yarn_env)
+    wait_for_state(job_id, lambda s: s["state"] == "running", 90, "the job to run")
+    app = app_of(cluster, job_id)
+    assert app["state"] == "RUNNING", app
+    assert len(running_containers(cluster, app["id"])) == 3  # the AM and two agents
+    assert len(agent_processes(jobs_dir / job_id)) == 2
+    r = run_shoal("kill", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for_state(job_id, lambda s: s["state"] == "killed", 60, "the job to be killed")
+    app = app_of(cluster, job_id)
+    assert app["state"] == "KILLED", app
+    e2e.wait_until(lambda: not running_containers(cluster, app["id"]), 30,
+                   "every container of the application to end")
+    e2e.wait_until(lambda: not e2e.task_processes(job_id), 30, "every task to end")
+    assert not agent_processes(jobs_dir / job_id)
+
+
+def test_yarn_kill_from_outside_ends_shoal_run_with_a_clear_message(start_shoal, write_job,
+                                                                   jobs_dir, cluster, yarn_env):
+    job = write_job("""
+        name: yarn-outside-kill
+        roles:
+          worker:
+            instances: 2
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+
+    def running():
+        path = job_dir / "status.json"
+        return path.exists() and json.loads(path.read_text()).get("state") == "running"
+    e2e.wait_until(running, 90, "the job to run")
+    app = app_of(cluster, job_dir.name)
+    # What `yarn application -kill` does: the ResourceManager's kill, from outside Shoal.
+    rest(cluster, "PUT", f"/ws/v1/cluster/apps/{app['id']}/state", {"state": "KILLED"})
+    rc = client.wait(60)
+    err = client.stderr()
+    assert rc == 1, f"rc={rc}\n{err}"
+    assert f"the YARN application {app['id']} was killed outside Shoal" in err, err
+    assert "killed" in err.splitlines()[-1], err
+    e2e.wait_until(lambda: not e2e.task_processes(job_dir.name), 30, "every task to end")
+
+
+def test_more_memory_than_any_nodemanager_offers_is_refused_with_yarns_reason(
+        run_shoal, write_job, jobs_dir, cluster, yarn_env):
+    job = write_job("""
+        name: yarn-too-big
+        roles:
+          worker:
+            instances: 1
+            command: ["true"]
+            resources: {cpus: 1, memory: 8GiB}
+        """)
+    r = run_shoal("run", "--backend", "yarn", job, timeout=90, env=yarn_env)
+    assert r.returncode == 1, fail_message(r)
+    # YARN's own words, from the ResourceManager through the application master.
+    assert "YARN refused the containers:" in r.stderr, r.stderr
+    assert "maximum allowed allocation" in r.stderr, r.stderr
+    app = app_of(cluster, only_job_dir(jobs_dir).name)
+    assert app["state"] in ("FINISHED", "FAILED"), app
+    assert app["finalStatus"] == "FAILED", app
+
+
+def test_a_lost_container_is_replaced_under_the_failure_policy(start_shoal, write_job, jobs_dir,
+                                                               cluster, yarn_env, tmp_path):
+    marker = tmp_path / "first-attempt-ran"
+    # Attempt 0 of the task writes the marker and waits to be killed; its restart (in a new
+    # container, after the first one was lost with its agent) sees the marker and succeeds.
+    job = write_job(f"""
+        name: yarn-lost
+        on_failure: restart-task
+        max_restarts: 2
+        backoff: {{initial: 100ms, max: 100ms}}
+        roles:
+          worker:
+            instances: 1
+            command: ["/bin/sh", "-c", "if [ -e {marker} ]; then echo resumed; else touch {marker}; sleep 300; fi"]
+            resources: {{cpus: 1, memory: 128MiB}}
+        """)
+    client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    e2e.wait_until(marker.exists, 90, "the first attempt to start")
+    agents = e2e.wait_until(lambda: agent_processes(job_dir) or None, 30, "the agent")
+    # The container's process, killed as a NodeManager's loss would; its task dies with it.
+    os.kill(agents[0], 9)
+    rc = client.wait(120)
+    assert rc == 0, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
+    assert "worker:0 | resumed" in client.stdout().splitlines(), client.stdout()
+    events = e2e.read_events(job_dir)
+    lost = e2e.events_of(events, "place_lost")
+    assert lost and lost[0]["node"] == "worker.0", lost
+    assert "YARN container" in lost[0]["reason"], lost
+    replaced = e2e.events_of(events, "place_replacing")
+    assert replaced and replaced[0]["ok"], replaced
+
+
+def test_bad_yarn_flags_are_refused_before_anything_starts(run_shoal, write_job, jobs_dir,
+                                                           cluster, yarn_env):
+    job = write_job("""
+        name: yarn-flags
+        roles:
+          worker: {command: ["true"]}
+        """)
+    cases = [
+        (["--queue", "a;b"], yarn_env, "--queue: must be a YARN queue name"),
+        (["--yarn-rm", "localhost:8088"], yarn_env, "--yarn-rm: the ResourceManager's web "
+                                                     "address must be http://HOST:PORT"),
+        (["--yarn-rm", "http://127.0.0.1:1"], yarn_env, "does not answer"),
+        ([], {}, "needs the ResourceManager's web address"),
+        ([], {**yarn_env, "SHOAL_YARN_AM_JAR": "/nonexistent/am.jar"},
+         "no application master jar at /nonexistent/am.jar"),
+    ]
+    for flags, env, message in cases:
+        r = run_shoal("run", "--backend", "yarn", *flags, job, timeout=60, env=env)
+        assert r.returncode == 2, f"{flags}: {fail_message(r)}"
+        assert message in r.stderr, f"{flags}: {r.stderr}"
+    r = run_shoal("run", "--queue", "ml", job, timeout=30)
+    assert r.returncode == 2 and "need --backend yarn" in r.stderr, r.stderr
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
+    assert not apps_named(cluster, "shoal-yarn-flags")
+
+
+def hdfs_listing(cluster, path):
+    parts = urllib.parse.urlsplit(cluster["SHOAL_WEBHDFS"])
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn.request("GET", f"/webhdfs/v1{path}?op=LISTSTATUS&user.name=shoal")
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    if response.status == 404:
+        return []
+    assert response.status == 200, data
+    return [s["pathSuffix"] for s in json.loads(data)["FileStatuses"]["FileStatus"]]
+
+
+def test_ddp_resumes_from_its_hdfs_checkpoint_after_a_worker_container_is_killed(
+        start_shoal, write_job, repo_root, jobs_dir, cluster, yarn_env, tmp_path):
+    train = repo_root / "examples" / "pytorch-ddp" / "train.py"
+    ckpt = f"/e2e/{tmp_path.name}/ckpt"
+    # The tasks run in containers with the NodeManager's environment: the job file gives them
+    # this checkout's SDK and the NameNode's WebHDFS address.
+    job = write_job(f"""
+        name: yarn-hdfs-ckpt
+        framework: pytorch
+        on_failure: restart-group
+        max_restarts: 3
+        backoff: {{initial: 100ms, max: 100ms}}
+        checkpoint: {{dir: "{cluster['SHOAL_HDFS']}{ckpt}", keep: 2}}
+        roles:
+          worker:
+            instances: 2
+            command: ["/usr/bin/python3", "{train}", "--epochs", "10", "--checkpoint-every", "10",
+                      "--step-delay", "0.05"]
+            resources: {{cpus: 1, memory: 1GiB}}
+            env:
+              PYTHONPATH: "{e2e.SDK_PYTHON_DIR}"
+              SHOAL_WEBHDFS: "{cluster['SHOAL_WEBHDFS']}"
+        """)
+    client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    e2e.wait_until(lambda: [n for n in hdfs_listing(cluster, ckpt) if n.startswith("ckpt-")],
+                   120, "a checkpoint on HDFS")
+    agents = e2e.wait_until(lambda: agent_processes(job_dir) or None, 30, "the agents")
+    assert len(agents) == 2, agents
+    # A whole worker container, killed mid-training as a lost NodeManager would lose it.
+    os.kill(agents[-1], 9)
+    rc = client.wait(240)
+    out = client.stdout()
+    assert rc == 0, f"rc={rc}\n{out}\n{client.stderr()}"
+    resumed = [int(m.group(1)) for l in out.splitlines()
+               if (m := re.search(r"resumed from checkpoint step (\d+)", l))]
+    assert resumed and min(resumed) > 0, out
+    accuracy = [float(m.group(1)) for l in out.splitlines()
+                if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
+    assert accuracy and accuracy[-1] >= 0.90, out
+    events = e2e.read_events(job_dir)
+    assert e2e.events_of(events, "place_lost"), "no container was lost"
+    assert [e for e in e2e.events_of(events, "place_replacing") if e["ok"]]
+    names = hdfs_listing(cluster, ckpt)
+    assert len([n for n in names if n.startswith("ckpt-")]) == 2, names  # keep: 2
+    assert not [n for n in names if n.startswith(".tmp-")], names
+
+
+def test_hdfs_checkpoint_write_killed_midway_leaves_the_previous_one_readable(cluster, tmp_path):
+    """The SDK's WebHdfsStorage is all or nothing: a writer killed between the two halves of a
+    checkpoint (SHOAL_TEST_CHECKPOINT_WRITE_DELAY_S) leaves only a temporary, which listing
+    ignores and the next save removes."""
+    ckpt = f"/e2e/{tmp_path.name}/torn"
+    uri = f"{cluster['SHOAL_HDFS']}{ckpt}"
+    env = {**e2e.base_env(), "PYTHONPATH": str(e2e.SDK_PYTHON_DIR),
+           "SHOAL_WEBHDFS": cluster["SHOAL_WEBHDFS"]}
+    script = ("import shoal, sys\n"
+              f"c = shoal.Checkpointer(dir={uri!r}, serializer='raw')\n"
+              "c.save(int(sys.argv[1]), sys.argv[2].encode() * 100000)\n"
+              "print('SAVED', flush=True)\n")
+    r = subprocess.run(["/usr/bin/python3", "-c", script, "10", "a"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "SAVED" in r.stdout, r.stderr
+    writer = subprocess.Popen(["/usr/bin/python3", "-c", script, "20", "b"],
+                              env={**env, "SHOAL_TEST_CHECKPOINT_WRITE_DELAY_S": "120"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        e2e.wait_until(lambda: [n for n in hdfs_listing(cluster, ckpt) if n.startswith(".tmp-")],
+                       60, "the half-written temporary")
+    finally:
+        writer.kill()
+        writer.wait(30)
+    reader = ("import shoal\n"
+              f"c = shoal.Checkpointer(dir={uri!r}, serializer='raw')\n"
+              "step, data = c.load_latest()\n"
+              "print(step, len(data), set(data))\n")
+    r = subprocess.run(["/usr/bin/python3", "-c", reader], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["10", "100000"], r.stdout
+    r = subprocess.run(["/usr/bin/python3", "-c", script, "30", "c"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    names = hdfs_listing(cluster, ckpt)
+    assert sorted(names) == ["ckpt-000000000010.pt", "ckpt-000000000030.pt"], names
