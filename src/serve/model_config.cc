@@ -18,7 +18,7 @@ namespace {
 
 constexpr absl::string_view kTopKeys[] = {"inputs",    "outputs",   "max_batch_size",
                                           "batch_delay_us", "instances", "threads_per_instance",
-                                          "warmup"};
+                                          "warmup", "version_policy"};
 constexpr absl::string_view kTensorKeys[] = {"name", "datatype", "dims"};
 constexpr absl::string_view kWarmupKeys[] = {"count", "inputs"};
 constexpr absl::string_view kWarmupInputKeys[] = {"dims", "fill"};
@@ -307,6 +307,17 @@ class ConfigParser {
     if (const Entry* e = Find(entries, "threads_per_instance")) {
       if (auto n = Integer(*e, "threads_per_instance", 1, kMaxThreadsPerInstance)) {
         config.threads_per_instance = int(*n);
+      }
+    }
+    if (const Entry* e = Find(entries, "version_policy")) {
+      std::string value = e->value.IsScalar() ? e->value.Scalar() : "";
+      if (value == "latest") {
+        config.version_policy = VersionPolicy::kLatest;
+      } else if (value == "all") {
+        config.version_policy = VersionPolicy::kAll;
+      } else {
+        Error(e->line, "version_policy",
+              absl::StrCat("must be latest or all, got ", Describe(e->value)));
       }
     }
     if (const Entry* e = Find(entries, "warmup")) {

@@ -33,6 +33,12 @@ struct WarmupSample {
   std::vector<WarmupInput> inputs;  // one per declared input, in the declared order
 };
 
+// Which of a model's complete version directories are loaded (docs/serving.md).
+enum class VersionPolicy {
+  kLatest,  // only the highest numbered version that loads; a newer one replaces it
+  kAll,     // every version that loads
+};
+
 // DIR/<model>/config.yaml. Every key is optional; the defaults are those of a model directory
 // without a config file (docs/serving.md).
 struct ModelConfig {
@@ -51,6 +57,8 @@ struct ModelConfig {
   // Intra-op threads per instance; nullopt: the server's CPU share (docs/serving.md).
   std::optional<int> threads_per_instance;
   std::vector<WarmupSample> warmup;
+  // Default: latest, as Triton's default (latest 1).
+  VersionPolicy version_policy = VersionPolicy::kLatest;
 };
 
 inline constexpr char kModelConfigFileName[] = "config.yaml";

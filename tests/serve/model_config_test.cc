@@ -101,13 +101,13 @@ TEST(ModelConfigTest, RefusesInvalidYamlWithLineAndColumn) {
 TEST(ModelConfigTest, RefusesATopLevelThatIsNotAMap) {
   EXPECT_EQ(ParseError("- 1\n- 2\n"),
             "models/mlp/config.yaml:1: a model config must be a map of inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup; got a list");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy; got a list");
 }
 
 TEST(ModelConfigTest, RefusesUnknownKeysListingTheAcceptedOnes) {
   EXPECT_EQ(ParseError("instances: 1\nmax_batch: 4\n"),
             "models/mlp/config.yaml:2: max_batch: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy");
 }
 
 TEST(ModelConfigTest, RefusesAKeyGivenTwice) {
@@ -238,13 +238,26 @@ TEST(ModelConfigTest, ReportsEveryProblemInFileOrder) {
             "models/mlp/config.yaml:1: threads_per_instance: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:2: instances: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:3: foo: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy");
 }
 
 TEST(ModelConfigTest, ReadingAMissingFileNamesIt) {
   absl::StatusOr<ModelConfig> config = ReadModelConfigFile("/nonexistent/m/config.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().message(), "/nonexistent/m/config.yaml: cannot read the model config");
+}
+
+TEST(ModelConfigTest, VersionPolicyDefaultsToLatestAndAcceptsAll) {
+  EXPECT_EQ(ParseOk("").version_policy, VersionPolicy::kLatest);
+  EXPECT_EQ(ParseOk("version_policy: latest\n").version_policy, VersionPolicy::kLatest);
+  EXPECT_EQ(ParseOk("version_policy: all\n").version_policy, VersionPolicy::kAll);
+}
+
+TEST(ModelConfigTest, RefusesAnUnknownVersionPolicyNamingTheChoices) {
+  EXPECT_EQ(ParseError("instances: 1\nversion_policy: newest\n"),
+            "models/mlp/config.yaml:2: version_policy: must be latest or all, got 'newest'");
+  EXPECT_EQ(ParseError("version_policy: [latest]\n"),
+            "models/mlp/config.yaml:1: version_policy: must be latest or all, got a list");
 }
 
 }  // namespace
