@@ -13,6 +13,7 @@
 #include "serve/bearer_token.h"
 #include "serve/json_codec.h"
 #include "serve/model_manager.h"
+#include "serve/prometheus_text.h"
 
 namespace shoal::serve {
 namespace {
@@ -219,6 +220,29 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
                   res.set_content(std::move(response.body), kJson);
                 }
               });
+
+  // Prometheus scrapes this; the figures of every version serving now, REST and gRPC requests
+  // alike (both run through ServedVersion::Infer).
+  server.Get("/metrics", [models](const httplib::Request&, httplib::Response& res) {
+    std::vector<VersionMetrics> metrics;
+    for (const auto& version : models->ServingVersions()) {
+      const InferenceStats& s = version->stats();
+      VersionMetrics& m = metrics.emplace_back();
+      m.model = version->model_name();
+      m.version = version->version();
+      m.success_count = s.success_count;
+      m.failure_count = s.failure_count + s.invalid_count;
+      m.inference_count = s.inference_count;
+      m.execution_count = s.execution_count;
+      m.queue_ns = s.queue_ns;
+      m.compute_ns = s.compute_ns;
+      m.in_flight = s.in_flight;
+      for (const auto& bucket : s.latency_buckets) m.latency_buckets.push_back(bucket);
+      m.latency_sum_ns = s.latency_sum_ns;
+    }
+    res.status = 200;
+    res.set_content(FormatPrometheusText(metrics), "text/plain; version=0.0.4; charset=utf-8");
+  });
 
   // Triton's model repository extension.
   server.Post("/v2/repository/index", [models](const httplib::Request& req,

@@ -347,6 +347,15 @@ absl::Status ModelManager::UnknownModel(const std::string& model) const {
                                           names.empty() ? "no models" : absl::StrJoin(names, ", ")));
 }
 
+std::vector<std::shared_ptr<ServedVersion>> ModelManager::ServingVersions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<ServedVersion>> serving;
+  for (const auto& [name, state] : models_) {
+    for (const auto& [v, version] : state.versions) serving.push_back(version);
+  }
+  return serving;
+}
+
 bool ModelManager::IsLoaded() const {
   std::lock_guard<std::mutex> lock(mu_);
   return loaded_;

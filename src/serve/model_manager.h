@@ -82,6 +82,9 @@ class ModelManager {
 
   bool IsLoaded() const;
 
+  // Every version serving now, by model name then version (GET /metrics).
+  std::vector<std::shared_ptr<ServedVersion>> ServingVersions() const;
+
   // The version to run for `model` and `version_text` (the URL's, nullopt for the newest
   // ready version). NotFound says which part is unknown or why it is not available;
   // Unavailable while the model is still loading.

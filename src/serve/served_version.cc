@@ -306,14 +306,23 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::ValidateInputs(std::vector<Te
 }
 
 absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
+  stats_.in_flight += 1;
+  struct InFlight {
+    InferenceStats& stats;
+    ~InFlight() { stats.in_flight -= 1; }
+  } in_flight{stats_};
   int64_t rows = 1;
   auto inputs = ValidateInputs(std::move(request.inputs), &rows);
-  if (!inputs.ok()) return inputs.status();
+  if (!inputs.ok()) {
+    stats_.invalid_count += 1;
+    return inputs.status();
+  }
   if (!outputs_.empty()) {
     for (const std::string& name : request.requested_outputs) {
       bool known = std::any_of(outputs_.begin(), outputs_.end(),
                                [&](const TensorSignature& s) { return s.name == name; });
       if (!known) {
+        stats_.invalid_count += 1;
         return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
                                                        "' has no output '", name,
                                                        "'; its outputs are: ", Names(outputs_)));
@@ -330,6 +339,7 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
   absl::StatusOr<std::vector<Tensor>> outputs = future.get();
   uint64_t elapsed = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now() - start).count());
+  stats_.RecordLatency(elapsed);
   if (!outputs.ok()) {
     stats_.failure_count += 1;
     stats_.failure_ns += elapsed;
