@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "serve/ensemble_combiner.h"
 #include "serve/tensor.h"
 
 namespace shoal::serve {
@@ -31,6 +32,13 @@ struct WarmupInput {
 struct WarmupSample {
   int count = 1;
   std::vector<WarmupInput> inputs;  // one per declared input, in the declared order
+};
+
+// `ensemble: {models: [a, b], combine: mean}`: the model answers with its members' outputs
+// combined (docs/serving.md, "Ensembles").
+struct EnsembleConfig {
+  std::vector<std::string> models;  // at least 2, distinct
+  Combiner combine = Combiner::kMean;
 };
 
 // Which of a model's complete version directories are loaded (docs/serving.md).
@@ -59,6 +67,8 @@ struct ModelConfig {
   std::vector<WarmupSample> warmup;
   // Default: latest, as Triton's default (latest 1).
   VersionPolicy version_policy = VersionPolicy::kLatest;
+  // Set: the model is an ensemble, and no other key is allowed.
+  std::optional<EnsembleConfig> ensemble;
 };
 
 inline constexpr char kModelConfigFileName[] = "config.yaml";

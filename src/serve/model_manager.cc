@@ -1,7 +1,9 @@
 #include "serve/model_manager.h"
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@ void Log(const std::string& line) { std::cerr << "shoal serve: " << line << std:
 
 // How many versions of a model its policy serves at once, for the CPU budget.
 int ServedVersionCount(const ModelConfig& config, const ModelEntry& model) {
+  if (config.ensemble) return 0;  // runs on its members' instances
   if (config.version_policy == VersionPolicy::kAll) return static_cast<int>(model.versions.size());
   return model.versions.empty() ? 0 : 1;
 }
@@ -109,6 +112,7 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
     current = state.versions;
     failed = state.failed_versions;
   }
+  if (config.ok() && config->ensemble) return SyncEnsemble(model, *config);
   std::string refusal;
   std::map<int64_t, std::shared_ptr<ServedVersion>> chosen;
   if (!config.ok()) {
@@ -192,6 +196,140 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
   return refusals;
 }
 
+std::optional<std::string> ModelManager::EnsembleCycle(const std::string& model) const {
+  std::vector<std::string> path;
+  std::function<std::optional<std::string>(const std::string&)> visit =
+      [&](const std::string& name) -> std::optional<std::string> {
+    auto on_path = std::find(path.begin(), path.end(), name);
+    if (on_path != path.end()) {
+      if (on_path != path.begin()) return std::nullopt;  // a cycle not through `model`
+      std::vector<std::string> cycle(path.begin(), path.end());
+      cycle.push_back(name);
+      return absl::StrJoin(cycle, " -> ");
+    }
+    auto cached = configs_.find(name);
+    if (cached == configs_.end() || !cached->second.config.ok() ||
+        !cached->second.config->ensemble) {
+      return std::nullopt;
+    }
+    path.push_back(name);
+    for (const std::string& member : cached->second.config->ensemble->models) {
+      if (auto cycle = visit(member)) return cycle;
+    }
+    path.pop_back();
+    return std::nullopt;
+  };
+  return visit(model);
+}
+
+std::vector<std::string> ModelManager::SyncEnsemble(const ModelEntry& model,
+                                                    const ModelConfig& config) {
+  const EnsembleConfig& ensemble = *config.ensemble;
+  std::string key = absl::StrCat(absl::StrJoin(ensemble.models, ","), "|",
+                                 CombinerName(ensemble.combine));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model.name];
+    if (state.ensemble_key == key && !state.versions.empty()) return {};
+  }
+  std::string refusal;
+  std::vector<std::shared_ptr<ServedVersion>> members;
+  if (std::optional<std::string> cycle = EnsembleCycle(model.name)) {
+    refusal = absl::StrCat("its members form a cycle: ", *cycle);
+  } else {
+    for (const std::string& member : ensemble.models) {
+      absl::StatusOr<std::shared_ptr<ServedVersion>> version = FindVersion(member, std::nullopt);
+      if (!version.ok()) {
+        bool unknown;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          unknown = models_.find(member) == models_.end();
+        }
+        refusal = unknown ? absl::StrCat("unknown member '", member, "': ",
+                                         version.status().message())
+                          : absl::StrCat("member '", member, "' is not available: ",
+                                         version.status().message());
+        break;
+      }
+      members.push_back(*std::move(version));
+    }
+  }
+  std::shared_ptr<ServedVersion> built;
+  if (refusal.empty()) {
+    EnsembleOptions options;
+    options.model_name = model.name;
+    options.config = ensemble;
+    options.members = std::move(members);
+    options.lookup = [this](const std::string& member) {
+      return FindVersion(member, std::nullopt);
+    };
+    absl::StatusOr<std::unique_ptr<ServedVersion>> created =
+        ServedVersion::CreateEnsemble(options, clock_);
+    if (created.ok()) {
+      built = std::shared_ptr<ServedVersion>(*std::move(created));
+    } else {
+      refusal = std::string(created.status().message());
+    }
+  }
+  std::vector<std::shared_ptr<ServedVersion>> released;
+  bool log_refusal = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model.name];
+    state.loading = false;
+    state.failed_versions.clear();
+    if (built) {
+      for (auto& [v, version] : state.versions) released.push_back(std::move(version));
+      state.versions = {{1, built}};
+      state.ensemble_key = key;
+      state.refusal.clear();
+    } else {
+      // An ensemble serving keeps serving when its new config is refused; the refusal shows
+      // only once nothing serves, and is logged once per change.
+      std::string full = absl::StrCat("ensemble refused: ", refusal);
+      log_refusal = full != state.refusal;
+      state.refusal = full;
+    }
+  }
+  if (built) {
+    Log(absl::StrCat("model '", model.name, "' ready: an ensemble of ",
+                     absl::StrJoin(ensemble.models, ", "), " (", CombinerName(ensemble.combine),
+                     ")"));
+    return {};
+  }
+  if (log_refusal) Log(absl::StrCat("model '", model.name, "' refused: ensemble refused: ", refusal));
+  return {absl::StrCat("ensemble refused: ", refusal)};
+}
+
+void ModelManager::SyncAll(const std::vector<const ModelEntry*>& models) {
+  std::vector<const ModelEntry*> ensembles;
+  std::map<std::string, const ModelEntry*> by_name;
+  for (const ModelEntry* model : models) {
+    if (Cancelled()) return;
+    const absl::StatusOr<ModelConfig>& config = ReadConfig(*model);
+    if (config.ok() && config->ensemble) {
+      ensembles.push_back(model);
+      by_name[model->name] = model;
+      continue;
+    }
+    SyncModel(*model, /*retry_failed=*/false);
+  }
+  // Members first: depth-first, each ensemble after the ensembles among its members. A cycle
+  // is cut where it closes; SyncEnsemble refuses its ensembles.
+  std::set<std::string> done, visiting;
+  std::function<void(const ModelEntry*)> visit = [&](const ModelEntry* model) {
+    if (done.count(model->name) || visiting.count(model->name)) return;
+    visiting.insert(model->name);
+    for (const std::string& member : ReadConfig(*model)->ensemble->models) {
+      if (auto it = by_name.find(member); it != by_name.end()) visit(it->second);
+    }
+    visiting.erase(model->name);
+    done.insert(model->name);
+    if (!Cancelled()) SyncModel(*model, /*retry_failed=*/false);
+  };
+  for (const ModelEntry* model : ensembles) visit(model);
+}
+
 void ModelManager::LoadRepository(const RepositoryScan& scan) {
   for (const std::string& note : scan.ignored) Log(absl::StrCat("ignored ", note));
   std::lock_guard<std::mutex> update(update_mu_);
@@ -223,16 +361,17 @@ void ModelManager::LoadRepository(const RepositoryScan& scan) {
   Log(absl::StrCat("intra-op threads per instance where threads_per_instance is not set: ",
                    automatic_threads_, " (", cpus_, " CPUs shared by every version's instances)"));
 
-  for (const ModelEntry& model : scan.models) {
-    if (Cancelled()) return;
-    SyncModel(model, /*retry_failed=*/false);
-  }
+  std::vector<const ModelEntry*> all;
+  for (const ModelEntry& model : scan.models) all.push_back(&model);
+  SyncAll(all);
+  if (Cancelled()) return;
   std::lock_guard<std::mutex> lock(mu_);
   loaded_ = true;
 }
 
 void ModelManager::ApplyScan(const RepositoryScan& scan) {
   std::lock_guard<std::mutex> update(update_mu_);
+  std::vector<const ModelEntry*> to_sync;
   for (const ModelEntry& model : scan.models) {
     if (Cancelled()) return;
     bool found = false;
@@ -249,8 +388,9 @@ void ModelManager::ApplyScan(const RepositoryScan& scan) {
       Log(absl::StrCat("model '", model.name, "' appeared in the repository"));
       for (const std::string& skipped : model.skipped_versions) Log(absl::StrCat("skipped ", skipped));
     }
-    SyncModel(model, /*retry_failed=*/false);
+    to_sync.push_back(&model);
   }
+  SyncAll(to_sync);
 }
 
 absl::Status ModelManager::LoadModel(const std::string& model) {

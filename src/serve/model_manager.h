@@ -110,6 +110,7 @@ class ModelManager {
     std::string refusal;    // non-empty: refused, with why
     std::map<int64_t, std::shared_ptr<ServedVersion>> versions;
     std::map<int64_t, FailedVersion> failed_versions;
+    std::string ensemble_key;  // the serving ensemble's members and combiner; empty if none
   };
   // The config of a model as last read, so that an unchanged file is parsed and logged once.
   struct ConfigCache {
@@ -124,6 +125,16 @@ class ModelManager {
   // refused before with unchanged files. Returns the refusals of this call, one per version.
   // REQUIRES: update_mu_ held.
   std::vector<std::string> SyncModel(const ModelEntry& model, bool retry_failed);
+  // SyncModel for an ensemble: builds it over its members' serving versions, unless the one
+  // serving has the same config. Returns the refusal, if any. REQUIRES: update_mu_ held, and
+  // the members synced first (SyncAll's order).
+  std::vector<std::string> SyncEnsemble(const ModelEntry& model, const ModelConfig& config);
+  // The cycle `model` is on through ensemble members ("a -> b -> a"), from the configs read;
+  // nullopt when none. REQUIRES: update_mu_ held.
+  std::optional<std::string> EnsembleCycle(const std::string& model) const;
+  // SyncModel for every model of `models`: plain models first, then ensembles, members before
+  // the ensembles that use them. REQUIRES: update_mu_ held.
+  void SyncAll(const std::vector<const ModelEntry*>& models);
   absl::StatusOr<std::shared_ptr<ServedVersion>> LoadVersion(const ModelEntry& model,
                                                              const VersionEntry& entry,
                                                              const ModelConfig& config);
