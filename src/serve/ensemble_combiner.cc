@@ -62,7 +62,9 @@ std::optional<Combiner> ParseCombiner(std::string_view name) {
 
 std::string CombinerNames() {
   std::string names;
-  for (Combiner c : kAllCombiners) absl::StrAppend(&names, names.empty() ? "" : ", ", CombinerName(c));
+  for (Combiner c : kAllCombiners) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", CombinerName(c));
+  }
   return names;
 }
 
@@ -81,7 +83,8 @@ DataType CombinedDataType(Combiner combiner, DataType type) {
   return combiner == Combiner::kVote ? DataType::kInt64 : type;
 }
 
-absl::StatusOr<Tensor> CombineOutputs(Combiner combiner, const std::vector<const Tensor*>& outputs) {
+absl::StatusOr<Tensor> CombineOutputs(Combiner combiner,
+                                      const std::vector<const Tensor*>& outputs) {
   if (outputs.empty()) return absl::InternalError("an ensemble without members");
   const Tensor& first = *outputs.front();
   for (size_t m = 1; m < outputs.size(); ++m) {

@@ -39,6 +39,7 @@ DataType CombinedDataType(Combiner combiner, DataType type);
 // first. Internal when they differ in datatype or shape or the datatype is not accepted, and
 // for a negative value under the geometric or harmonic mean; each message says which member
 // and element.
-absl::StatusOr<Tensor> CombineOutputs(Combiner combiner, const std::vector<const Tensor*>& outputs);
+absl::StatusOr<Tensor> CombineOutputs(Combiner combiner,
+                                      const std::vector<const Tensor*>& outputs);
 
 }  // namespace shoal::serve

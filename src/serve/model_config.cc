@@ -348,7 +348,8 @@ class ConfigParser {
 
   void ParseEnsemble(const Entry& e, ModelConfig& config) {
     if (!e.value.IsMap()) {
-      Error(e.line, "ensemble", absl::StrCat("must be ", kEnsembleForm, ", got ", Describe(e.value)));
+      Error(e.line, "ensemble",
+            absl::StrCat("must be ", kEnsembleForm, ", got ", Describe(e.value)));
       return;
     }
     std::vector<Entry> entries = Entries(e.value, "ensemble", e.line);

@@ -297,7 +297,9 @@ std::vector<std::string> ModelManager::SyncEnsemble(const ModelEntry& model,
                      ")"));
     return {};
   }
-  if (log_refusal) Log(absl::StrCat("model '", model.name, "' refused: ensemble refused: ", refusal));
+  if (log_refusal) {
+    Log(absl::StrCat("model '", model.name, "' refused: ensemble refused: ", refusal));
+  }
   return {absl::StrCat("ensemble refused: ", refusal)};
 }
 
@@ -340,7 +342,9 @@ void ModelManager::LoadRepository(const RepositoryScan& scan) {
   // Configs first: the CPU split needs every model's instance count.
   std::vector<std::pair<ModelConfig, int>> budget;
   for (const ModelEntry& model : scan.models) {
-    for (const std::string& skipped : model.skipped_versions) Log(absl::StrCat("skipped ", skipped));
+    for (const std::string& skipped : model.skipped_versions) {
+      Log(absl::StrCat("skipped ", skipped));
+    }
     const absl::StatusOr<ModelConfig>& config = ReadConfig(model);
     if (config.ok()) budget.emplace_back(*config, ServedVersionCount(*config, model));
   }
@@ -386,7 +390,9 @@ void ModelManager::ApplyScan(const RepositoryScan& scan) {
     }
     if (found) {
       Log(absl::StrCat("model '", model.name, "' appeared in the repository"));
-      for (const std::string& skipped : model.skipped_versions) Log(absl::StrCat("skipped ", skipped));
+      for (const std::string& skipped : model.skipped_versions) {
+        Log(absl::StrCat("skipped ", skipped));
+      }
     }
     to_sync.push_back(&model);
   }

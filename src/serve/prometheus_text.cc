@@ -20,7 +20,9 @@ void Family(std::string& out, const std::vector<VersionMetrics>& versions, const
             const char* type, const char* help,
             const std::function<std::string(const VersionMetrics&)>& value) {
   absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-  for (const VersionMetrics& v : versions) absl::StrAppend(&out, name, Labels(v), " ", value(v), "\n");
+  for (const VersionMetrics& v : versions) {
+    absl::StrAppend(&out, name, Labels(v), " ", value(v), "\n");
+  }
 }
 
 }  // namespace

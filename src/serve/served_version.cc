@@ -308,7 +308,8 @@ absl::StatusOr<std::unique_ptr<ServedVersion>> ServedVersion::CreateEnsemble(
   for (const TensorSignature& output : first.outputs()) {
     if (!CombinerAccepts(options.config.combine, *output.datatype)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "output '", output.name, "' of the members is ", DataTypeName(*output.datatype), ", which ",
+          "output '", output.name, "' of the members is ", DataTypeName(*output.datatype),
+          ", which ",
           CombinerName(options.config.combine), " does not combine (",
           options.config.combine == Combiner::kVote ? "any numeric datatype but BOOL"
                                                     : "FP32 or FP64 only",
@@ -328,8 +329,9 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::InferEnsemble(InferRequest re
                              [&](const TensorSignature& s) { return s.name == name; });
     if (!known) {
       stats_.invalid_count += 1;
-      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "' has no output '",
-                                                     name, "'; its outputs are: ", Names(outputs_)));
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
+                                                     "' has no output '", name,
+                                                     "'; its outputs are: ", Names(outputs_)));
     }
   }
   Clock::TimePoint start = clock_->Now();
@@ -349,8 +351,8 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::InferEnsemble(InferRequest re
     const std::string& name = ensemble_.models[i];
     absl::StatusOr<std::shared_ptr<ServedVersion>> member = lookup_(name);
     if (!member.ok()) {
-      return fail(absl::UnavailableError(absl::StrCat("ensemble '", model_name_, "': member '", name,
-                                                      "' is not available: ",
+      return fail(absl::UnavailableError(absl::StrCat("ensemble '", model_name_, "': member '",
+                                                      name, "' is not available: ",
                                                       member.status().message())));
     }
     InferRequest sub;

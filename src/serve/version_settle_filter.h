@@ -19,7 +19,8 @@ namespace shoal::serve {
 class VersionSettleFilter {
  public:
   // `clock` must outlive the filter. A `settle` of zero lets every version through at once.
-  VersionSettleFilter(const Clock* clock, Clock::Duration settle) : clock_(clock), settle_(settle) {}
+  VersionSettleFilter(const Clock* clock, Clock::Duration settle)
+      : clock_(clock), settle_(settle) {}
 
   // `scan` with only the versions that are settled at the clock's now; remembers the others'
   // fingerprints to compare with the next scan, and forgets versions no longer on disk.
