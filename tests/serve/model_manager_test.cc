@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -253,6 +254,32 @@ TEST_F(ModelManagerTest, AnEnsembleOfUnknownMembersOrACycleIsRefusedWithTheReaso
   EXPECT_EQ(manager_.FindVersion("c1", std::nullopt).status().message(),
             "model 'c1' is not available: ensemble refused: its members form a cycle: c1 -> c2 "
             "-> c1");
+}
+
+constexpr char kMemberConfig[] =
+    "inputs: [{name: x, datatype: FP32, dims: [1]}]\n"
+    "outputs: [{name: y, datatype: FP32, dims: [1]}]\n";
+
+TEST_F(ModelManagerTest, AnEnsembleUsesItsMembersNewVersionsAndANewConfigOnTheNextScan) {
+  Write("a/config.yaml", kMemberConfig);
+  Write("a/1/model.pt", "ok 1");
+  Write("b/config.yaml", kMemberConfig);
+  Write("b/1/model.pt", "ok 4");
+  Write("c/config.yaml", kMemberConfig);
+  Write("c/1/model.pt", "ok 16");
+  Write("e/config.yaml", "ensemble: {models: [a, b], combine: mean}\n");
+  manager_.LoadRepository(Scan());
+  EXPECT_EQ(Answer("e"), 2.5f);  // (1 + 4) / 2
+  Write("a/2/model.pt", "ok 3");
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("e"), 3.5f);  // (3 + 4) / 2: a's new version, the same ensemble
+  Write("e/config.yaml", "ensemble: {models: [a, b, c], combine: geometric_mean}\n");
+  manager_.ApplyScan(Scan());
+  EXPECT_FLOAT_EQ(Answer("e"), std::cbrt(3.0f * 4.0f * 16.0f));  // a new combiner and member
+  // A new config that is refused leaves the ensemble serving as it was.
+  Write("e/config.yaml", "ensemble: {models: [a, zz], combine: mean}\n");
+  manager_.ApplyScan(Scan());
+  EXPECT_FLOAT_EQ(Answer("e"), std::cbrt(3.0f * 4.0f * 16.0f));
 }
 
 }  // namespace
