@@ -2,15 +2,19 @@
 version, checked against the requests this test sends."""
 
 import http.client
+import threading
 
 import grpc
 import pytest
 import torch
 
 from test_serve_grpc import GrpcServer, infer_request, pb  # noqa: F401 (pb is a fixture)
+import shoal_e2e as e2e
 from test_serve_swap import CONFIG, Constant, model_bytes, publish
 
 FAILS_CONFIG = "inputs: [{name: x, datatype: FP32, dims: [1]}]\n"
+# A lone request waits up to 3 s in the queue for others to batch with: in flight meanwhile.
+HELD_CONFIG = CONFIG + "max_batch_size: 8\nbatch_delay_us: 3000000\n"
 
 
 class FailsOnPositive(torch.nn.Module):
@@ -56,6 +60,9 @@ def server(shoal_bin, tmp_path, pb):  # noqa: F811
     (repo / "fails").mkdir()
     (repo / "fails" / "config.yaml").write_text(FAILS_CONFIG)
     publish(repo / "fails", 1, model_bytes(FailsOnPositive(), tmp_path))
+    (repo / "held").mkdir()
+    (repo / "held" / "config.yaml").write_text(HELD_CONFIG)
+    publish(repo / "held", 1, model_bytes(Constant(5.0), tmp_path))
     out = tmp_path / "serve"
     out.mkdir()
     s = GrpcServer(shoal_bin, repo, out, pb, "--repository-poll-ms", 0)
@@ -135,3 +142,22 @@ def test_an_unloaded_model_is_not_found_over_grpc_too(server):
                        "(POST /v2/repository/models/swap/load serves it again)")
     _, text, _ = scrape(server)
     assert 'model="swap"' not in text
+
+
+def test_in_flight_counts_a_request_while_it_waits_and_drops_when_it_is_answered(server):
+    held = labels("held", 1)
+    assert scrape(server)[2][f"shoal_inference_requests_in_flight{held}"] == 0
+    answers = []
+    request = threading.Thread(target=lambda: answers.append(server.infer(
+        "held", [{"name": "x", "datatype": "FP32", "shape": [1, 1], "data": [0.0]}])))
+    request.start()
+    try:
+        e2e.wait_until(
+            lambda: scrape(server)[2][f"shoal_inference_requests_in_flight{held}"] == 1, 30,
+            "the held request to show in flight")
+    finally:
+        request.join()
+    assert answers[0][0] == 200, answers
+    _, _, samples = scrape(server)
+    assert samples[f"shoal_inference_requests_in_flight{held}"] == 0
+    assert samples[f"shoal_inference_request_success_total{held}"] == 1
