@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
     for (const auto& t : (*version)->outputs()) outputs.push_back(TensorMetadata(t));
     ReplyJson(res, {{"name", model->name},
                     {"versions", versions},
-                    {"platform", "pytorch_libtorch"},
+                    {"platform", (*version)->platform()},
                     {"inputs", inputs},
                     {"outputs", outputs},
                     {"parameters",

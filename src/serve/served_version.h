@@ -89,6 +89,11 @@ class ServedVersion {
   const InferenceStats& stats() const { return stats_; }
   // Empty unless an ensemble.
   const std::vector<std::string>& ensemble_members() const { return ensemble_.models; }
+  // What model metadata shows as the platform: "ensemble" (Triton's name) or
+  // "pytorch_libtorch".
+  const char* platform() const {
+    return ensemble_.models.empty() ? "pytorch_libtorch" : "ensemble";
+  }
 
  private:
   ServedVersion() = default;

@@ -100,6 +100,7 @@ def test_a_vote_tie_goes_to_the_smallest_class_index(server):
 def test_an_ensembles_metadata_shows_the_combined_outputs(server):
     status, meta = server.get("/v2/models/vote")
     assert status == 200
+    assert meta["platform"] == "ensemble" and meta["versions"] == ["1"]
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [1]}]
     assert meta["outputs"] == [{"name": "y", "datatype": "INT64", "shape": [1]}]
 
