@@ -186,6 +186,7 @@ def test_twenty_versions_swap_in_under_load_without_a_failed_or_mixed_response(
             e2e.wait_until(lambda: version in load.versions_answered(), 30,
                            f"version {version} to answer under load")
     results = load.results
+    print(f"{len(results)} requests while {last - 1} versions swapped in")
     failures = [r for r in results if r[0] != 200]
     assert failures == [], failures[:10]
     mixed = [r for r in results if float(r[1]) != r[2]]
