@@ -62,6 +62,8 @@ MLP_CONFIG = """\
     max_batch_size: 8
     batch_delay_us: 500
     instances: 1
+    # Serve both versions (the default, latest, serves only the highest, 2).
+    version_policy: all
     # Run twice before the version is ready: TorchScript's profiling executor optimises the
     # graph on its second run, so the first client request already gets the fast path.
     warmup:

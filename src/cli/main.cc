@@ -139,6 +139,13 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--token-file", serve.token_file,
                         "File with the token callers must send as Authorization: Bearer (required "
                         "with a non-loopback --host; default $SHOAL_SERVE_TOKEN_FILE)");
+  serve_cmd->add_option("--repository-poll-ms", serve.repository_poll_ms,
+                        "Rescan the repository for new versions and models this often (default "
+                        "1000; 0: never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  serve_cmd->add_option("--repository-settle-ms", serve.repository_settle_ms,
+                        "Load a new version once its files are unchanged this long (default 2000)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
 
   std::string master_job_dir;
   bool master_recover = false;

@@ -105,7 +105,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       if (!model.ok()) return ToGrpcStatus(model.status());
       response->set_name(model->name);
       for (const auto& v : model->versions) response->add_versions(absl::StrCat(v->version()));
-      response->set_platform("pytorch_libtorch");
+      response->set_platform((*version)->platform());
       auto describe = [](const TensorSignature& signature,
                          inference::ModelMetadataResponse::TensorMetadata* tensor) {
         tensor->set_name(signature.name);

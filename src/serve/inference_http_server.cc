@@ -14,6 +14,7 @@
 #include "serve/bearer_token.h"
 #include "serve/json_codec.h"
 #include "serve/model_manager.h"
+#include "serve/prometheus_text.h"
 
 namespace shoal::serve {
 namespace {
@@ -59,6 +60,32 @@ json TensorMetadata(const TensorSignature& tensor) {
           {"shape", tensor.shape.value_or(std::vector<int64_t>{})}};
 }
 
+// The body of a repository request: empty, or a JSON object with only the keys in `allowed`.
+// The error names the endpoint.
+absl::StatusOr<json> RepositoryRequestBody(const httplib::Request& req,
+                                           std::initializer_list<std::string_view> allowed) {
+  if (req.body.empty()) return json::object();
+  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || !body.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(req.path, ": the body must be empty or a JSON object"));
+  }
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(req.path, ": unknown key '", key, "'"));
+    }
+  }
+  // Triton's parameters override the config or carry the model's files; shoal reads both
+  // from the repository only.
+  if (body.contains("parameters") &&
+      !(body["parameters"].is_object() && body["parameters"].empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        req.path, ": parameters are not supported; shoal loads the config and files from the "
+                  "repository directory"));
+  }
+  return body;
+}
+
 json VersionStats(const ServedVersion& version) {
   const InferenceStats& s = version.stats();
   auto duration = [](uint64_t count, uint64_t ns) { return json{{"count", count}, {"ns", ns}}; };
@@ -84,7 +111,7 @@ struct InferenceHttpServer::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
-    const HttpServerOptions& options, const ModelManager* models) {
+    const HttpServerOptions& options, ModelManager* models) {
   std::unique_ptr<InferenceHttpServer> http(new InferenceHttpServer());
   http->impl_ = std::make_unique<Impl>();
   httplib::Server& server = http->impl_->server;
@@ -121,7 +148,7 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
     for (const auto& t : (*version)->outputs()) outputs.push_back(TensorMetadata(t));
     ReplyJson(res, {{"name", model->name},
                     {"versions", versions},
-                    {"platform", "pytorch_libtorch"},
+                    {"platform", (*version)->platform()},
                     {"inputs", inputs},
                     {"outputs", outputs},
                     {"parameters",
@@ -193,6 +220,63 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
                 } else {
                   res.set_content(std::move(response.body), kJson);
                 }
+              });
+
+  // Prometheus scrapes this; the figures of every version serving now, REST and gRPC requests
+  // alike (both run through ServedVersion::Infer).
+  server.Get("/metrics", [models](const httplib::Request&, httplib::Response& res) {
+    std::vector<VersionMetrics> metrics;
+    for (const auto& version : models->ServingVersions()) {
+      const InferenceStats& s = version->stats();
+      VersionMetrics& m = metrics.emplace_back();
+      m.model = version->model_name();
+      m.version = version->version();
+      m.success_count = s.success_count;
+      m.failure_count = s.failure_count + s.invalid_count;
+      m.inference_count = s.inference_count;
+      m.execution_count = s.execution_count;
+      m.queue_ns = s.queue_ns;
+      m.compute_ns = s.compute_ns;
+      m.in_flight = s.in_flight;
+      for (const auto& bucket : s.latency_buckets) m.latency_buckets.push_back(bucket);
+      m.latency_sum_ns = s.latency_sum_ns;
+    }
+    res.status = 200;
+    res.set_content(FormatPrometheusText(metrics), "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  // Triton's model repository extension.
+  server.Post("/v2/repository/index", [models](const httplib::Request& req,
+                                               httplib::Response& res) {
+    absl::StatusOr<json> body = RepositoryRequestBody(req, {"ready"});
+    if (!body.ok()) return ReplyError(res, body.status());
+    bool only_ready = false;
+    if (body->contains("ready")) {
+      if (!(*body)["ready"].is_boolean()) {
+        return ReplyError(res, 400, "/v2/repository/index: 'ready' must be true or false");
+      }
+      only_ready = (*body)["ready"].get<bool>();
+    }
+    json index = json::array();
+    for (const RepositoryIndexEntry& entry : models->Index()) {
+      if (only_ready && entry.state != "READY") continue;
+      json row = {{"name", entry.name}};
+      if (!entry.version.empty()) row["version"] = entry.version;
+      row["state"] = entry.state;
+      if (!entry.reason.empty()) row["reason"] = entry.reason;
+      index.push_back(std::move(row));
+    }
+    ReplyJson(res, index);
+  });
+  server.Post(R"(/v2/repository/models/([^/]+)/(load|unload))",
+              [models](const httplib::Request& req, httplib::Response& res) {
+                absl::StatusOr<json> body = RepositoryRequestBody(req, {"parameters"});
+                if (!body.ok()) return ReplyError(res, body.status());
+                std::string model = req.matches[1];
+                absl::Status done = req.matches[2] == "load" ? models->LoadModel(model)
+                                                             : models->UnloadModel(model);
+                if (!done.ok()) return ReplyError(res, done);
+                ReplyJson(res, json::object());
               });
 
   // Everything httplib answers itself (no route, body over the limit, unreadable request)

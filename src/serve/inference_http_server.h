@@ -31,7 +31,7 @@ class InferenceHttpServer {
  public:
   // Binds `options.host:options.port` and starts serving. `models` must outlive the server.
   static absl::StatusOr<std::unique_ptr<InferenceHttpServer>> Start(
-      const HttpServerOptions& options, const ModelManager* models);
+      const HttpServerOptions& options, ModelManager* models);
   // Stops accepting, finishes the requests being answered, joins. Idempotent.
   void Stop();
   ~InferenceHttpServer();

@@ -1,12 +1,16 @@
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+
+#include "serve/prometheus_text.h"
 
 namespace shoal::serve {
 
 // Counters of one model version, as GET /v2/models/{name}[/versions/{v}]/stats reports them
-// (the fields of Triton's statistics extension). Updated from any thread without a lock.
+// (the fields of Triton's statistics extension) and GET /metrics. Updated from any thread
+// without a lock.
 struct InferenceStats {
   std::atomic<uint64_t> success_count{0};  // requests answered with outputs
   std::atomic<uint64_t> success_ns{0};     // their time from decoded request to outputs
@@ -17,6 +21,22 @@ struct InferenceStats {
   std::atomic<uint64_t> inference_count{0};   // batch rows (requests, when not batching) run
   std::atomic<uint64_t> execution_count{0};   // forward calls; < inference_count when batching
   std::atomic<int64_t> last_inference_ms{0};  // Unix milliseconds of the last execution
+  // Requests refused by the version's checks (400) before they were queued.
+  std::atomic<uint64_t> invalid_count{0};
+  std::atomic<int64_t> in_flight{0};  // requests inside Infer now
+  // Latencies of the requests that ran (success or failure), per kLatencyBucketBoundsUs
+  // bucket, the last for the rest; not cumulative.
+  std::array<std::atomic<uint64_t>, kLatencyBucketBoundsUs.size() + 1> latency_buckets{};
+  std::atomic<uint64_t> latency_sum_ns{0};
+
+  void RecordLatency(uint64_t ns) {
+    size_t bucket = 0;
+    while (bucket < kLatencyBucketBoundsUs.size() && ns > kLatencyBucketBoundsUs[bucket] * 1000) {
+      ++bucket;
+    }
+    latency_buckets[bucket] += 1;
+    latency_sum_ns += ns;
+  }
 };
 
 }  // namespace shoal::serve

@@ -18,7 +18,9 @@ namespace {
 
 constexpr absl::string_view kTopKeys[] = {"inputs",    "outputs",   "max_batch_size",
                                           "batch_delay_us", "instances", "threads_per_instance",
-                                          "warmup"};
+                                          "warmup", "version_policy", "ensemble"};
+constexpr absl::string_view kEnsembleKeys[] = {"models", "combine"};
+constexpr char kEnsembleForm[] = "a map such as {models: [a, b], combine: mean}";
 constexpr absl::string_view kTensorKeys[] = {"name", "datatype", "dims"};
 constexpr absl::string_view kWarmupKeys[] = {"count", "inputs"};
 constexpr absl::string_view kWarmupInputKeys[] = {"dims", "fill"};
@@ -309,6 +311,30 @@ class ConfigParser {
         config.threads_per_instance = int(*n);
       }
     }
+    if (const Entry* e = Find(entries, "version_policy")) {
+      std::string value = e->value.IsScalar() ? e->value.Scalar() : "";
+      if (value == "latest") {
+        config.version_policy = VersionPolicy::kLatest;
+      } else if (value == "all") {
+        config.version_policy = VersionPolicy::kAll;
+      } else {
+        Error(e->line, "version_policy",
+              absl::StrCat("must be latest or all, got ", Describe(e->value)));
+      }
+    }
+    if (const Entry* e = Find(entries, "ensemble")) {
+      ParseEnsemble(*e, config);
+      for (const Entry& other : entries) {
+        if (other.key == "ensemble" || !std::count(std::begin(kTopKeys), std::end(kTopKeys),
+                                                   other.key)) {
+          continue;
+        }
+        Error(other.line, other.key,
+              "not allowed in an ensemble's config: its inputs, outputs and batching are its "
+              "members'; keep only 'ensemble'");
+      }
+      return;
+    }
     if (const Entry* e = Find(entries, "warmup")) {
       if (!Find(entries, "inputs")) {
         Error(e->line, "warmup",
@@ -318,6 +344,63 @@ class ConfigParser {
         ParseWarmup(*e, config);
       }
     }
+  }
+
+  void ParseEnsemble(const Entry& e, ModelConfig& config) {
+    if (!e.value.IsMap()) {
+      Error(e.line, "ensemble",
+            absl::StrCat("must be ", kEnsembleForm, ", got ", Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, "ensemble", e.line);
+    CheckKnownKeys(entries, "ensemble", kEnsembleKeys);
+    EnsembleConfig ensemble;
+    bool ok = true;
+    const Entry* models = Find(entries, "models");
+    if (!models) {
+      Error(e.line, "ensemble", "needs 'models', the list of member models");
+      ok = false;
+    } else if (!models->value.IsSequence() || models->value.size() < 2) {
+      Error(models->line, "ensemble.models",
+            absl::StrCat("must be a list of at least 2 model names, got ",
+                         models->value.IsSequence() ? absl::StrCat(models->value.size(), " name(s)")
+                                                    : Describe(models->value)));
+      ok = false;
+    } else {
+      for (size_t i = 0; i < models->value.size(); ++i) {
+        const YAML::Node& member = models->value[i];
+        std::string path = absl::StrCat("ensemble.models[", i, "]");
+        if (!member.IsScalar() || member.Scalar().empty()) {
+          Error(LineOf(member, models->line), path,
+                absl::StrCat("must be a model name, got ", Describe(member)));
+          ok = false;
+          continue;
+        }
+        if (std::count(ensemble.models.begin(), ensemble.models.end(), member.Scalar())) {
+          Error(LineOf(member, models->line), path,
+                absl::StrCat("'", member.Scalar(), "' is listed twice"));
+          ok = false;
+          continue;
+        }
+        ensemble.models.push_back(member.Scalar());
+      }
+    }
+    const Entry* combine = Find(entries, "combine");
+    if (!combine) {
+      Error(e.line, "ensemble", absl::StrCat("needs 'combine', one of ", CombinerNames()));
+      ok = false;
+    } else {
+      std::optional<Combiner> combiner;
+      if (combine->value.IsScalar()) combiner = ParseCombiner(combine->value.Scalar());
+      if (!combiner) {
+        Error(combine->line, "ensemble.combine",
+              absl::StrCat("must be one of ", CombinerNames(), ", got ", Describe(combine->value)));
+        ok = false;
+      } else {
+        ensemble.combine = *combiner;
+      }
+    }
+    if (ok) config.ensemble = std::move(ensemble);
   }
 
   void ParseWarmup(const Entry& e, ModelConfig& config) {

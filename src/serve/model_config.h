@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "serve/ensemble_combiner.h"
 #include "serve/tensor.h"
 
 namespace shoal::serve {
@@ -33,6 +34,19 @@ struct WarmupSample {
   std::vector<WarmupInput> inputs;  // one per declared input, in the declared order
 };
 
+// `ensemble: {models: [a, b], combine: mean}`: the model answers with its members' outputs
+// combined (docs/serving.md, "Ensembles").
+struct EnsembleConfig {
+  std::vector<std::string> models;  // at least 2, distinct
+  Combiner combine = Combiner::kMean;
+};
+
+// Which of a model's complete version directories are loaded (docs/serving.md).
+enum class VersionPolicy {
+  kLatest,  // only the highest numbered version that loads; a newer one replaces it
+  kAll,     // every version that loads
+};
+
 // DIR/<model>/config.yaml. Every key is optional; the defaults are those of a model directory
 // without a config file (docs/serving.md).
 struct ModelConfig {
@@ -51,6 +65,10 @@ struct ModelConfig {
   // Intra-op threads per instance; nullopt: the server's CPU share (docs/serving.md).
   std::optional<int> threads_per_instance;
   std::vector<WarmupSample> warmup;
+  // Default: latest, as Triton's default (latest 1).
+  VersionPolicy version_policy = VersionPolicy::kLatest;
+  // Set: the model is an ensemble, and no other key is allowed.
+  std::optional<EnsembleConfig> ensemble;
 };
 
 inline constexpr char kModelConfigFileName[] = "config.yaml";

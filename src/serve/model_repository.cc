@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "serve/model_config.h"
 
 namespace shoal::serve {
@@ -54,6 +55,29 @@ absl::StatusOr<std::vector<fs::directory_entry>> ListDir(const fs::path& dir) {
   std::sort(entries.begin(), entries.end(),
             [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
   return entries;
+}
+
+// "name size mtime_ns\n" for every file under `dir`, in a fixed order; an unreadable entry
+// shows up as such, so that it changes the fingerprint when it becomes readable.
+std::string Fingerprint(const fs::path& dir) {
+  std::vector<std::string> lines;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, ec);
+  if (ec) return absl::StrCat("unreadable: ", ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) {
+      lines.push_back(absl::StrCat("unreadable: ", ec.message()));
+      break;
+    }
+    std::error_code file_ec;
+    if (!it->is_regular_file(file_ec)) continue;
+    uintmax_t size = it->file_size(file_ec);
+    auto mtime = it->last_write_time(file_ec);
+    lines.push_back(absl::StrCat(fs::relative(it->path(), dir, file_ec).string(), " ", size, " ",
+                                 mtime.time_since_epoch().count()));
+  }
+  std::sort(lines.begin(), lines.end());
+  return absl::StrJoin(lines, "\n");
 }
 
 bool IsDirectory(const fs::directory_entry& entry) {
@@ -117,7 +141,7 @@ absl::StatusOr<RepositoryScan> ScanModelRepository(const std::string& dir) {
             absl::StrCat(v.path().string(), ": no ", kModelFileName, " in it"));
         continue;
       }
-      model.versions.push_back({*number, file.string()});
+      model.versions.push_back({*number, file.string(), Fingerprint(v.path())});
     }
     // "10" sorts before "9" by name; versions are numbers.
     std::sort(model.versions.begin(), model.versions.end(),

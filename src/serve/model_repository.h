@@ -15,6 +15,10 @@ inline constexpr char kModelFileName[] = "model.pt";
 struct VersionEntry {
   int64_t version = 0;
   std::string model_path;  // DIR/<model>/<version>/model.pt
+  // Every file under the version directory with its size and modification time: a copy in
+  // progress changes it, so the watcher loads a version only once it has stayed the same for
+  // the settle time (version_settle_filter.h).
+  std::string fingerprint;
 };
 
 // A model directory DIR/<model>/ as found on disk; nothing is loaded or parsed yet.

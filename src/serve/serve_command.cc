@@ -21,6 +21,7 @@
 #include "serve/model_backend.h"
 #include "serve/model_manager.h"
 #include "serve/model_repository.h"
+#include "serve/repository_watcher.h"
 
 namespace shoal::serve {
 namespace {
@@ -96,7 +97,8 @@ int RunServer(const ServeOptions& options) {
     return kExitFailure;
   }
   int cpus = AvailableCpus();
-  auto models = std::make_unique<ModelManager>(backend->get(), SystemClock::Get(), cpus);
+  auto models = std::make_unique<ModelManager>(backend->get(), SystemClock::Get(), cpus,
+                                               options.model_repository);
 
   HttpServerOptions http_options;
   http_options.host = options.host;
@@ -130,9 +132,19 @@ int RunServer(const ServeOptions& options) {
             << " CPU(s); loading " << scan->models.size() << " model(s) from "
             << options.model_repository << std::endl;
 
+  // Written by the loader thread, read after it is joined.
+  std::unique_ptr<RepositoryWatcher> watcher;
   std::thread loader([&] {
     models->LoadRepository(*scan);
-    if (models->IsLoaded()) std::cerr << "shoal serve: ready" << std::endl;
+    if (!models->IsLoaded()) return;  // cancelled
+    std::cerr << "shoal serve: ready" << std::endl;
+    if (options.repository_poll_ms > 0) {
+      RepositoryWatcherOptions watch;
+      watch.repository_dir = options.model_repository;
+      watch.poll_interval = std::chrono::milliseconds(options.repository_poll_ms);
+      watch.settle_time = std::chrono::milliseconds(options.repository_settle_ms);
+      watcher = std::make_unique<RepositoryWatcher>(watch, models.get(), SystemClock::Get(), *scan);
+    }
   });
 
   int signal_number = 0;
@@ -146,6 +158,7 @@ int RunServer(const ServeOptions& options) {
   grpc_stop.join();
   models->Cancel();
   loader.join();
+  watcher.reset();
   http->reset();
   grpc->reset();
   models.reset();

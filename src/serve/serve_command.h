@@ -22,6 +22,11 @@ struct ServeOptions {
   // A file holding the token callers must send (Authorization: Bearer <token>); required when
   // `host` is not a loopback address. Empty: SHOAL_SERVE_TOKEN_FILE, else no token.
   std::string token_file;
+  // How often the repository is rescanned for new, changed or removed versions and models;
+  // 0: never (the load/unload endpoints still work). docs/serving.md, "Repository watching".
+  int64_t repository_poll_ms = 1000;
+  // How long a version directory's files must stay unchanged before the watcher loads it.
+  int64_t repository_settle_ms = 2000;
 };
 
 // Serves the repository's models over REST and gRPC until SIGINT or SIGTERM. Prints

@@ -249,6 +249,171 @@ absl::StatusOr<std::unique_ptr<ServedVersion>> ServedVersion::Load(
 
 ServedVersion::~ServedVersion() = default;
 
+namespace {
+
+bool SameSignature(const TensorSignature& a, const TensorSignature& b) {
+  return a.name == b.name && a.datatype == b.datatype && a.shape == b.shape;
+}
+
+std::string Describe(const std::vector<TensorSignature>& tensors) {
+  std::vector<std::string> parts;
+  for (const TensorSignature& t : tensors) {
+    parts.push_back(absl::StrCat(t.name, " ", t.datatype ? DataTypeName(*t.datatype) : "any", " ",
+                                 t.shape ? ShapeString(*t.shape) : "any"));
+  }
+  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServedVersion>> ServedVersion::CreateEnsemble(
+    const EnsembleOptions& options, const Clock* clock) {
+  const std::vector<std::shared_ptr<ServedVersion>>& members = options.members;
+  if (members.size() < 2 || members.size() != options.config.models.size()) {
+    return absl::InvalidArgumentError("an ensemble needs at least 2 members");
+  }
+  const ServedVersion& first = *members.front();
+  const std::string& first_name = options.config.models.front();
+  for (size_t i = 0; i < members.size(); ++i) {
+    const std::string& name = options.config.models[i];
+    if (members[i]->outputs().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "member '", name, "' declares no outputs; an ensemble's members must declare them in "
+          "their config.yaml, so that they can be checked to combine"));
+    }
+    if (i == 0) continue;
+    const auto& inputs = members[i]->inputs();
+    if (inputs.size() != first.inputs().size() ||
+        !std::equal(inputs.begin(), inputs.end(), first.inputs().begin(), SameSignature)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "members '", first_name, "' and '", name, "' take different inputs (",
+          Describe(first.inputs()), " vs ", Describe(inputs), "); every member gets the same"));
+    }
+    const auto& outputs = members[i]->outputs();
+    if (outputs.size() != first.outputs().size() ||
+        !std::equal(outputs.begin(), outputs.end(), first.outputs().begin(), SameSignature)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "members '", first_name, "' and '", name, "' have incompatible outputs (",
+          Describe(first.outputs()), " vs ", Describe(outputs), "); ",
+          CombinerName(options.config.combine), " needs the same outputs from every member"));
+    }
+  }
+  std::unique_ptr<ServedVersion> version(new ServedVersion());
+  version->model_name_ = options.model_name;
+  version->version_ = 1;
+  version->clock_ = clock;
+  version->ensemble_ = options.config;
+  version->lookup_ = options.lookup;
+  version->inputs_ = first.inputs();
+  for (const TensorSignature& output : first.outputs()) {
+    if (!CombinerAccepts(options.config.combine, *output.datatype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output '", output.name, "' of the members is ", DataTypeName(*output.datatype),
+          ", which ",
+          CombinerName(options.config.combine), " does not combine (",
+          options.config.combine == Combiner::kVote ? "any numeric datatype but BOOL"
+                                                    : "FP32 or FP64 only",
+          ")"));
+    }
+    TensorSignature combined = output;
+    combined.datatype = CombinedDataType(options.config.combine, *output.datatype);
+    combined.shape = CombinedShape(options.config.combine, *output.shape);
+    version->outputs_.push_back(std::move(combined));
+  }
+  return version;
+}
+
+absl::StatusOr<std::vector<Tensor>> ServedVersion::InferEnsemble(InferRequest request) {
+  for (const std::string& name : request.requested_outputs) {
+    bool known = std::any_of(outputs_.begin(), outputs_.end(),
+                             [&](const TensorSignature& s) { return s.name == name; });
+    if (!known) {
+      stats_.invalid_count += 1;
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
+                                                     "' has no output '", name,
+                                                     "'; its outputs are: ", Names(outputs_)));
+    }
+  }
+  Clock::TimePoint start = clock_->Now();
+  auto elapsed = [&] {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now() - start).count());
+  };
+  auto fail = [&](absl::Status status) {
+    uint64_t ns = elapsed();
+    stats_.RecordLatency(ns);
+    stats_.failure_count += 1;
+    stats_.failure_ns += ns;
+    return status;
+  };
+  std::vector<std::vector<Tensor>> results;
+  for (size_t i = 0; i < ensemble_.models.size(); ++i) {
+    const std::string& name = ensemble_.models[i];
+    absl::StatusOr<std::shared_ptr<ServedVersion>> member = lookup_(name);
+    if (!member.ok()) {
+      return fail(absl::UnavailableError(absl::StrCat("ensemble '", model_name_, "': member '",
+                                                      name, "' is not available: ",
+                                                      member.status().message())));
+    }
+    InferRequest sub;
+    // The last member takes the decoded tensors themselves; the others get copies.
+    sub.inputs = i + 1 == ensemble_.models.size() ? std::move(request.inputs) : request.inputs;
+    absl::StatusOr<std::vector<Tensor>> outputs = (*member)->Infer(std::move(sub));
+    if (!outputs.ok()) {
+      if (outputs.status().code() == absl::StatusCode::kInvalidArgument) {
+        stats_.invalid_count += 1;  // the request, checked by the member's signature
+        return absl::InvalidArgumentError(absl::StrCat("ensemble '", model_name_, "': ",
+                                                       outputs.status().message()));
+      }
+      return fail(absl::Status(outputs.status().code(),
+                               absl::StrCat("ensemble '", model_name_, "': ",
+                                            outputs.status().message())));
+    }
+    results.push_back(*std::move(outputs));
+  }
+  std::vector<Tensor> combined;
+  for (const TensorSignature& output : outputs_) {
+    if (!request.requested_outputs.empty() &&
+        !std::count(request.requested_outputs.begin(), request.requested_outputs.end(),
+                    output.name)) {
+      continue;
+    }
+    std::vector<const Tensor*> parts;
+    for (size_t m = 0; m < results.size(); ++m) {
+      auto it = std::find_if(results[m].begin(), results[m].end(),
+                             [&](const Tensor& t) { return t.name == output.name; });
+      if (it == results[m].end()) {
+        return fail(absl::InternalError(absl::StrCat("ensemble '", model_name_, "': member '",
+                                                     ensemble_.models[m], "' returned no '",
+                                                     output.name, "'")));
+      }
+      parts.push_back(&*it);
+    }
+    absl::StatusOr<Tensor> tensor = CombineOutputs(ensemble_.combine, parts);
+    if (!tensor.ok()) {
+      return fail(absl::InternalError(
+          absl::StrCat("ensemble '", model_name_, "': ", tensor.status().message())));
+    }
+    combined.push_back(*std::move(tensor));
+  }
+  if (!request.requested_outputs.empty()) {
+    std::vector<Tensor> ordered;
+    for (const std::string& name : request.requested_outputs) {
+      auto it = std::find_if(combined.begin(), combined.end(),
+                             [&](const Tensor& t) { return t.name == name; });
+      ordered.push_back(std::move(*it));
+    }
+    combined = std::move(ordered);
+  }
+  uint64_t ns = elapsed();
+  stats_.RecordLatency(ns);
+  stats_.success_count += 1;
+  stats_.success_ns += ns;
+  stats_.inference_count += 1;
+  stats_.execution_count += 1;
+  return combined;
+}
+
 absl::StatusOr<std::vector<Tensor>> ServedVersion::ValidateInputs(std::vector<Tensor> inputs,
                                                                   int64_t* rows) const {
   for (const Tensor& input : inputs) {
@@ -306,14 +471,24 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::ValidateInputs(std::vector<Te
 }
 
 absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
+  stats_.in_flight += 1;
+  struct InFlight {
+    InferenceStats& stats;
+    ~InFlight() { stats.in_flight -= 1; }
+  } in_flight{stats_};
+  if (!ensemble_.models.empty()) return InferEnsemble(std::move(request));
   int64_t rows = 1;
   auto inputs = ValidateInputs(std::move(request.inputs), &rows);
-  if (!inputs.ok()) return inputs.status();
+  if (!inputs.ok()) {
+    stats_.invalid_count += 1;
+    return inputs.status();
+  }
   if (!outputs_.empty()) {
     for (const std::string& name : request.requested_outputs) {
       bool known = std::any_of(outputs_.begin(), outputs_.end(),
                                [&](const TensorSignature& s) { return s.name == name; });
       if (!known) {
+        stats_.invalid_count += 1;
         return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
                                                        "' has no output '", name,
                                                        "'; its outputs are: ", Names(outputs_)));
@@ -330,6 +505,7 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
   absl::StatusOr<std::vector<Tensor>> outputs = future.get();
   uint64_t elapsed = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now() - start).count());
+  stats_.RecordLatency(elapsed);
   if (!outputs.ok()) {
     stats_.failure_count += 1;
     stats_.failure_ns += elapsed;

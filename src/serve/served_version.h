@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,22 @@ struct VersionLoadOptions {
   int threads_per_instance = 1;  // resolved: the config's, or the server's CPU share
 };
 
+class ServedVersion;
+
+// The version of `model` serving now (ModelManager::FindVersion without a version).
+using MemberLookup =
+    std::function<absl::StatusOr<std::shared_ptr<ServedVersion>>(const std::string& model)>;
+
+struct EnsembleOptions {
+  std::string model_name;
+  EnsembleConfig config;
+  // The members' versions serving now, in config order: their signatures are checked here.
+  std::vector<std::shared_ptr<ServedVersion>> members;
+  // How a request finds each member's version; called on every request, so that a member's
+  // new version takes the ensemble's traffic too. Must stay callable while the version lives.
+  MemberLookup lookup;
+};
+
 // One loaded, warmed-up version of a model: its instances and their scheduler, its signature
 // and statistics. Thread-safe; shared by the requests using it (shared_ptr), so that it
 // outlives all of them.
@@ -45,6 +62,13 @@ class ServedVersion {
   static absl::StatusOr<std::unique_ptr<ServedVersion>> Load(const VersionLoadOptions& options,
                                                              ModelBackend* backend,
                                                              const Clock* clock);
+  // An ensemble (version 1): a request runs on every member's serving version with the
+  // decoded tensors, one member after the other, and their outputs are combined. InvalidArgument
+  // naming the ensemble and members when the members' signatures are incompatible: different
+  // inputs, different outputs, outputs not declared in their config, or of a datatype the
+  // combiner does not take.
+  static absl::StatusOr<std::unique_ptr<ServedVersion>> CreateEnsemble(
+      const EnsembleOptions& options, const Clock* clock);
   ~ServedVersion();
 
   // Checks a request against the signature and runs it; blocks until the outputs are there.
@@ -63,6 +87,13 @@ class ServedVersion {
   int instances() const { return config_.instances; }
   int threads_per_instance() const { return threads_per_instance_; }
   const InferenceStats& stats() const { return stats_; }
+  // Empty unless an ensemble.
+  const std::vector<std::string>& ensemble_members() const { return ensemble_.models; }
+  // What model metadata shows as the platform: "ensemble" (Triton's name) or
+  // "pytorch_libtorch".
+  const char* platform() const {
+    return ensemble_.models.empty() ? "pytorch_libtorch" : "ensemble";
+  }
 
  private:
   ServedVersion() = default;
@@ -79,6 +110,9 @@ class ServedVersion {
   std::vector<std::string> argument_order_;  // input names in forward's positional order
   std::vector<TensorSignature> outputs_;
   const Clock* clock_ = nullptr;
+  EnsembleConfig ensemble_;  // models empty: not an ensemble
+  MemberLookup lookup_;
+  absl::StatusOr<std::vector<Tensor>> InferEnsemble(InferRequest request);
   InferenceStats stats_;
   // Declared last, so destroyed first: its instances stop before what they use goes.
   std::unique_ptr<ModelScheduler> scheduler_;

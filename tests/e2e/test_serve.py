@@ -324,7 +324,8 @@ X16 = [tensor("x", [[0.0] * 16], "FP32")]
      "malformed JSON: parse error at line 1, column 1: syntax error while parsing value - "
      "unexpected end of input; expected '[', '{', or a literal"),
     ("GET", "/v2/models/mlp/infer", None, 404, "no endpoint GET /v2/models/mlp/infer"),
-    ("GET", "/metrics", None, 404, "no endpoint GET /metrics"),
+    ("GET", "/v2/repository/index", None, 404, "no endpoint GET /v2/repository/index"),
+    ("POST", "/metrics", None, 404, "no endpoint POST /metrics"),
 ])
 def test_bad_requests_get_a_4xx_that_says_what_is_wrong(server, method, path, body, status,
                                                         message):

@@ -101,13 +101,13 @@ TEST(ModelConfigTest, RefusesInvalidYamlWithLineAndColumn) {
 TEST(ModelConfigTest, RefusesATopLevelThatIsNotAMap) {
   EXPECT_EQ(ParseError("- 1\n- 2\n"),
             "models/mlp/config.yaml:1: a model config must be a map of inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup; got a list");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble; got a list");
 }
 
 TEST(ModelConfigTest, RefusesUnknownKeysListingTheAcceptedOnes) {
   EXPECT_EQ(ParseError("instances: 1\nmax_batch: 4\n"),
             "models/mlp/config.yaml:2: max_batch: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble");
 }
 
 TEST(ModelConfigTest, RefusesAKeyGivenTwice) {
@@ -238,13 +238,61 @@ TEST(ModelConfigTest, ReportsEveryProblemInFileOrder) {
             "models/mlp/config.yaml:1: threads_per_instance: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:2: instances: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:3: foo: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble");
 }
 
 TEST(ModelConfigTest, ReadingAMissingFileNamesIt) {
   absl::StatusOr<ModelConfig> config = ReadModelConfigFile("/nonexistent/m/config.yaml");
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().message(), "/nonexistent/m/config.yaml: cannot read the model config");
+}
+
+TEST(ModelConfigTest, VersionPolicyDefaultsToLatestAndAcceptsAll) {
+  EXPECT_EQ(ParseOk("").version_policy, VersionPolicy::kLatest);
+  EXPECT_EQ(ParseOk("version_policy: latest\n").version_policy, VersionPolicy::kLatest);
+  EXPECT_EQ(ParseOk("version_policy: all\n").version_policy, VersionPolicy::kAll);
+}
+
+TEST(ModelConfigTest, RefusesAnUnknownVersionPolicyNamingTheChoices) {
+  EXPECT_EQ(ParseError("instances: 1\nversion_policy: newest\n"),
+            "models/mlp/config.yaml:2: version_policy: must be latest or all, got 'newest'");
+  EXPECT_EQ(ParseError("version_policy: [latest]\n"),
+            "models/mlp/config.yaml:1: version_policy: must be latest or all, got a list");
+}
+
+TEST(ModelConfigTest, ParsesAnEnsemble) {
+  ModelConfig config = ParseOk("ensemble: {models: [a, b, c], combine: geometric_mean}\n");
+  ASSERT_TRUE(config.ensemble.has_value());
+  EXPECT_EQ(config.ensemble->models, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(config.ensemble->combine, Combiner::kGeometricMean);
+  EXPECT_FALSE(ParseOk("instances: 2\n").ensemble.has_value());
+}
+
+TEST(ModelConfigTest, RefusesMalformedEnsemblesSayingWhatIsWrong) {
+  EXPECT_EQ(ParseError("ensemble: [a, b]\n"),
+            "models/mlp/config.yaml:1: ensemble: must be a map such as {models: [a, b], "
+            "combine: mean}, got a list");
+  EXPECT_EQ(ParseError("ensemble: {combine: mean}\n"),
+            "models/mlp/config.yaml:1: ensemble: needs 'models', the list of member models");
+  EXPECT_EQ(ParseError("ensemble: {models: [a, b]}\n"),
+            "models/mlp/config.yaml:1: ensemble: needs 'combine', one of mean, geometric_mean, "
+            "harmonic_mean, median, vote");
+  EXPECT_EQ(ParseError("ensemble: {models: [a], combine: mean}\n"),
+            "models/mlp/config.yaml:1: ensemble.models: must be a list of at least 2 model "
+            "names, got 1 name(s)");
+  EXPECT_EQ(ParseError("ensemble:\n  models: [a, a]\n  combine: mean\n"),
+            "models/mlp/config.yaml:2: ensemble.models[1]: 'a' is listed twice");
+  EXPECT_EQ(ParseError("ensemble:\n  models: [a, [b]]\n  combine: mean\n"),
+            "models/mlp/config.yaml:2: ensemble.models[1]: must be a model name, got a list");
+  EXPECT_EQ(ParseError("ensemble:\n  models: [a, b]\n  combine: average\n"),
+            "models/mlp/config.yaml:3: ensemble.combine: must be one of mean, geometric_mean, "
+            "harmonic_mean, median, vote, got 'average'");
+  EXPECT_THAT(ParseError("ensemble:\n  models: [a, b]\n  combine: mean\n  weights: [1, 2]\n"),
+              HasSubstr("config.yaml:4: ensemble.weights: unknown key; accepted keys: models, "
+                        "combine"));
+  EXPECT_EQ(ParseError("max_batch_size: 4\nensemble: {models: [a, b], combine: vote}\n"),
+            "models/mlp/config.yaml:1: max_batch_size: not allowed in an ensemble's config: its "
+            "inputs, outputs and batching are its members'; keep only 'ensemble'");
 }
 
 }  // namespace

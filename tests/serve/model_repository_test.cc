@@ -56,6 +56,27 @@ TEST_F(ModelRepositoryTest, ListsModelsAndTheirVersionsInNumericOrder) {
   EXPECT_TRUE(scan->ignored.empty());
 }
 
+TEST_F(ModelRepositoryTest, AVersionsFingerprintChangesWithAnyFileInItAndOnlyThen) {
+  Touch("m/1/model.pt");
+  Touch("m/1/extra/vocab.txt");
+  auto fingerprint = [&] {
+    auto scan = ScanModelRepository(root_.string());
+    EXPECT_TRUE(scan.ok()) << scan.status();
+    return scan.ok() && scan->models.size() == 1 && scan->models[0].versions.size() == 1
+               ? scan->models[0].versions[0].fingerprint
+               : std::string("no scan");
+  };
+  std::string first = fingerprint();
+  EXPECT_THAT(first, ::testing::HasSubstr("model.pt 1 "));
+  EXPECT_THAT(first, ::testing::HasSubstr("extra/vocab.txt 1 "));
+  EXPECT_EQ(fingerprint(), first);
+  std::ofstream(root_ / "m/1/extra/vocab.txt", std::ios::app) << "more";  // grows
+  std::string grown = fingerprint();
+  EXPECT_NE(grown, first);
+  Touch("m/1/another");  // a new file
+  EXPECT_NE(fingerprint(), grown);
+}
+
 TEST_F(ModelRepositoryTest, SkipsVersionDirectoriesThatCannotBeServed) {
   Touch("m/1/model.pt");
   Touch("m/2/weights.bin");   // no model.pt
