@@ -88,6 +88,28 @@ TEST_F(SdkCheckpointTest, SaveCreatesMissingDirectories) {
   EXPECT_EQ(Names(nested), std::set<std::string>{"ckpt-000000000001.pt"});
 }
 
+TEST_F(SdkCheckpointTest, AUriDirectoryIsRefusedNotTakenForALocalPath) {
+  // Run from dir_, so that a URI mistaken for a relative path would show up as hdfs:/ here.
+  fs::path previous = fs::current_path();
+  fs::current_path(dir_);
+  SaveResult saved = SaveCheckpoint("hdfs://namenode:8020/ckpt", 1, "x", 1);
+  testing::internal::CaptureStderr();
+  auto loaded = LoadLatestCheckpoint("hdfs://namenode:8020/ckpt");
+  std::string warning = testing::internal::GetCapturedStderr();
+  fs::current_path(previous);
+  EXPECT_FALSE(saved.ok);
+  EXPECT_NE(saved.error.find("hdfs:// URI; the C++ SDK reads and writes local directories only"),
+            std::string::npos)
+      << saved.error;
+  EXPECT_FALSE(loaded.has_value());
+  EXPECT_NE(warning.find("cannot load a checkpoint: checkpoint directory hdfs://namenode:8020/ckpt"),
+            std::string::npos)
+      << warning;
+  EXPECT_FALSE(fs::exists(dir_ / "hdfs:"));
+  // Paths with "://" further in are still paths.
+  EXPECT_TRUE(SaveCheckpoint((dir_ / "a://b").string(), 1, "x", 1).ok);
+}
+
 TEST_F(SdkCheckpointTest, SaveErrorsAreValuesWithAReason) {
   SaveResult no_dir = SaveCheckpoint("", 1, "x", 1);
   EXPECT_FALSE(no_dir.ok);

@@ -124,6 +124,27 @@ inline std::string ErrnoText(const std::string& what, int err) {
   return what + ": " + std::strerror(err);
 }
 
+// The scheme of a directory given as a URI ("hdfs" for hdfs://nn/ckpt), else "". This header
+// reads and writes local directories only; a URI taken for a path would silently create a
+// local directory named "hdfs:" and start training from scratch.
+inline std::string UriScheme(const std::string& dir) {
+  size_t colon = dir.find("://");
+  if (colon == std::string::npos || colon == 0) return "";
+  for (size_t i = 0; i < colon; ++i) {
+    char c = dir[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+    if (!ok) return "";
+  }
+  return dir.substr(0, colon);
+}
+
+inline std::string NotLocalError(const std::string& dir) {
+  return "checkpoint directory " + dir + " is a " + UriScheme(dir) +
+         ":// URI; the C++ SDK reads and writes local directories only (the Python SDK "
+         "reads and writes hdfs:// through WebHDFS: docs/sdk.md)";
+}
+
 inline bool WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
@@ -286,6 +307,10 @@ inline SaveResult SaveCheckpoint(const std::string& dir, uint64_t step, std::str
     result.error = "keep must be at least 1";
     return result;
   }
+  if (!internal::UriScheme(dir).empty()) {
+    result.error = internal::NotLocalError(dir);
+    return result;
+  }
   if (std::string error = internal::MakeDirs(dir); !error.empty()) {
     result.error = error;
     return result;
@@ -369,6 +394,12 @@ inline SaveResult SaveCheckpoint(const std::string& dir, uint64_t step, std::str
 // considered. Does not report to the agent (call ReportResumed).
 inline std::optional<std::pair<uint64_t, std::string>> LoadLatestCheckpoint(
     const std::string& dir, const std::function<bool(uint64_t, std::string_view)>& accept) {
+  if (!internal::UriScheme(dir).empty()) {
+    // No error channel here: say it loudly rather than resume from nothing in silence.
+    std::fprintf(stderr, "shoal: cannot load a checkpoint: %s\n",
+                 internal::NotLocalError(dir).c_str());
+    return std::nullopt;
+  }
   internal::DirEntries entries = internal::ListDir(dir);
   for (auto it = entries.checkpoints.rbegin(); it != entries.checkpoints.rend(); ++it) {
     const std::string path = dir + "/" + it->second;
