@@ -88,26 +88,147 @@ TEST_F(SdkCheckpointTest, SaveCreatesMissingDirectories) {
   EXPECT_EQ(Names(nested), std::set<std::string>{"ckpt-000000000001.pt"});
 }
 
-TEST_F(SdkCheckpointTest, AUriDirectoryIsRefusedNotTakenForALocalPath) {
-  // Run from dir_, so that a URI mistaken for a relative path would show up as hdfs:/ here.
+TEST_F(SdkCheckpointTest, AnUnsupportedUriDirectoryIsRefusedNotTakenForALocalPath) {
+  // Run from dir_, so that a URI mistaken for a relative path would show up as s3:/ here.
   fs::path previous = fs::current_path();
   fs::current_path(dir_);
-  SaveResult saved = SaveCheckpoint("hdfs://namenode:8020/ckpt", 1, "x", 1);
+  SaveResult saved = SaveCheckpoint("s3://bucket/ckpt", 1, "x", 1);
   testing::internal::CaptureStderr();
-  auto loaded = LoadLatestCheckpoint("hdfs://namenode:8020/ckpt");
+  auto loaded = LoadLatestCheckpoint("s3://bucket/ckpt");
   std::string warning = testing::internal::GetCapturedStderr();
   fs::current_path(previous);
   EXPECT_FALSE(saved.ok);
-  EXPECT_NE(saved.error.find("hdfs:// URI; the C++ SDK reads and writes local directories only"),
+  EXPECT_NE(saved.error.find("s3:// URI; the C++ SDK reads and writes local directories and "
+                             "hdfs://namenode/path"),
             std::string::npos)
       << saved.error;
   EXPECT_FALSE(loaded.has_value());
-  EXPECT_NE(warning.find("cannot load a checkpoint: checkpoint directory hdfs://namenode:8020/ckpt"),
+  EXPECT_NE(warning.find("cannot load a checkpoint: checkpoint directory s3://bucket/ckpt"),
             std::string::npos)
       << warning;
-  EXPECT_FALSE(fs::exists(dir_ / "hdfs:"));
+  EXPECT_FALSE(fs::exists(dir_ / "s3:"));
   // Paths with "://" further in are still paths.
   EXPECT_TRUE(SaveCheckpoint((dir_ / "a://b").string(), 1, "x", 1).ok);
+}
+
+// The pure parts of the hdfs:// support (WebHDFS); tests/sdk/hdfs_cpp_test.py runs the rest
+// against the HDFS mini-cluster.
+class SdkHdfsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"SHOAL_WEBHDFS", "HADOOP_USER_NAME"}) {
+      if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);
+      ::unsetenv(name);
+    }
+  }
+  void TearDown() override {
+    ::unsetenv("SHOAL_WEBHDFS");
+    ::unsetenv("HADOOP_USER_NAME");
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  std::vector<std::pair<std::string, std::string>> saved_;
+};
+
+TEST_F(SdkHdfsTest, UriResolvesToTheNameNodesWebHdfsPortByDefault) {
+  ::setenv("HADOOP_USER_NAME", "alice", 1);
+  std::string error;
+  auto dir = internal::ParseHdfsDir("hdfs://nn.example:8020/jobs/a/ckpt/", "", &error);
+  ASSERT_TRUE(dir) << error;
+  EXPECT_EQ(dir->base, "http://nn.example:9870");
+  EXPECT_EQ(dir->path, "/jobs/a/ckpt");
+  EXPECT_EQ(dir->uri, "hdfs://nn.example:8020/jobs/a/ckpt");
+  EXPECT_EQ(dir->user, "alice");
+}
+
+TEST_F(SdkHdfsTest, WebHdfsAddressComesFromTheArgumentThenTheEnvironment) {
+  std::string error;
+  ::setenv("SHOAL_WEBHDFS", "http://127.0.0.1:50070/", 1);
+  auto from_env = internal::ParseHdfsDir("hdfs://nn/ckpt", "", &error);
+  ASSERT_TRUE(from_env) << error;
+  EXPECT_EQ(from_env->base, "http://127.0.0.1:50070");
+  auto from_arg = internal::ParseHdfsDir("hdfs://nn/ckpt", "http://gw:1234", &error);
+  ASSERT_TRUE(from_arg) << error;
+  EXPECT_EQ(from_arg->base, "http://gw:1234");
+  auto root = internal::ParseHdfsDir("hdfs://nn/", "", &error);
+  ASSERT_TRUE(root) << error;
+  EXPECT_EQ(root->path, "/");
+  EXPECT_EQ(internal::HdfsJoin(*root, "ckpt-000000000001.pt"), "/ckpt-000000000001.pt");
+}
+
+TEST_F(SdkHdfsTest, UrisWithoutAHostOrPathAreErrors) {
+  for (const char* bad : {"hdfs:///ckpt", "hdfs://nn", "hdfs://:8020/x"}) {
+    std::string error;
+    EXPECT_FALSE(internal::ParseHdfsDir(bad, "", &error)) << bad;
+    EXPECT_NE(error.find("not an hdfs://namenode/path URI"), std::string::npos) << error;
+  }
+  SaveResult saved = SaveCheckpoint("hdfs:///ckpt", 1, "x", 1);
+  EXPECT_FALSE(saved.ok);
+  EXPECT_NE(saved.error.find("not an hdfs://namenode/path URI"), std::string::npos);
+}
+
+TEST_F(SdkHdfsTest, PathsAndParametersArePercentEncoded) {
+  EXPECT_EQ(internal::PercentEncode("/a b/c%d/ü", true), "/a%20b/c%25d/%C3%BC");
+  EXPECT_EQ(internal::PercentEncode("/x/y&z=1+2", false), "%2Fx%2Fy%26z%3D1%2B2");
+  ::setenv("HADOOP_USER_NAME", "bob smith", 1);
+  std::string error;
+  auto dir = internal::ParseHdfsDir("hdfs://nn/my ckpt", "", &error);
+  ASSERT_TRUE(dir) << error;
+  EXPECT_EQ(internal::WebHdfsUrl(*dir, dir->path + "/.tmp-x", "RENAME",
+                                 {{"destination", "/my ckpt/x"}, {"renameoptions", "OVERWRITE"}}),
+            "http://nn:9870/webhdfs/v1/my%20ckpt/.tmp-x?op=RENAME&user.name=bob%20smith"
+            "&destination=%2Fmy%20ckpt%2Fx&renameoptions=OVERWRITE");
+}
+
+TEST_F(SdkHdfsTest, ChunkedBodiesDecodeAndIncompleteOnesAreErrors) {
+  EXPECT_EQ(internal::DecodeChunked("4\r\nWiki\r\n6;ext=1\r\npedia \r\nE\r\nin \r\n\r\nchunks."
+                                    "\r\n0\r\nTrailer: x\r\n\r\n"),
+            std::optional<std::string>("Wikipedia in \r\n\r\nchunks."));
+  EXPECT_EQ(internal::DecodeChunked("0\r\n\r\n"), std::optional<std::string>(""));
+  EXPECT_FALSE(internal::DecodeChunked("4\r\nWi"));          // cut short
+  EXPECT_FALSE(internal::DecodeChunked("4\r\nWiki\r\n"));  // no last chunk
+  EXPECT_FALSE(internal::DecodeChunked("zz\r\nWiki\r\n0\r\n\r\n"));
+}
+
+TEST_F(SdkHdfsTest, InterimContinueAnswersAreSkipped) {
+  const std::string raw = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n";
+  EXPECT_EQ(raw.substr(internal::SkipInterimAnswers(raw)),
+            "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+  EXPECT_EQ(internal::SkipInterimAnswers("HTTP/1.1 200 OK\r\n\r\n"), 0u);
+  EXPECT_EQ(internal::SkipInterimAnswers("HTTP/1.1 100 Contin"), 0u);  // not complete yet
+}
+
+TEST_F(SdkHdfsTest, ListStatusAnswersGiveNamesTypesAndTimes) {
+  const std::string listing = R"json({"FileStatuses":{"FileStatus":[
+    {"accessTime":1,"blockSize":134217728,"childrenNum":0,"fileId":16390,"group":"supergroup",
+     "length":5,"modificationTime":1700000000123,"owner":"shoal","pathSuffix":"ckpt-000000000002.pt",
+     "permission":"644","replication":1,"storagePolicy":0,"type":"FILE"},
+    {"modificationTime":5,"pathSuffix":"sub \"dir\"","type":"DIRECTORY"},
+    {"pathSuffix":".tmp-ckpt-000000000003.pt.h.1.ab","type":"FILE","modificationTime":7}
+  ]}})json";
+  std::vector<internal::HdfsEntry> entries = internal::ParseFileStatuses(listing);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].name, "ckpt-000000000002.pt");
+  EXPECT_TRUE(entries[0].is_file);
+  EXPECT_EQ(entries[0].modification_time, 1700000000123LL);
+  EXPECT_EQ(entries[1].name, "sub \"dir\"");
+  EXPECT_FALSE(entries[1].is_file);
+  EXPECT_EQ(entries[2].modification_time, 7);
+  auto checkpoints = internal::HdfsCheckpoints(entries);
+  ASSERT_EQ(checkpoints.size(), 1u);
+  EXPECT_EQ(checkpoints[0].first, 2u);
+  EXPECT_TRUE(internal::ParseFileStatuses(R"({"FileStatuses":{"FileStatus":[]}})").empty());
+}
+
+TEST_F(SdkHdfsTest, RemoteExceptionMessagesAndBooleansAreRead) {
+  EXPECT_EQ(internal::RemoteExceptionMessage(
+                R"({"RemoteException":{"exception":"AccessControlException","javaClassName":)"
+                R"("org.apache.hadoop.security.AccessControlException","message":)"
+                R"("Permission denied: user=bob, access=WRITE, inode=\"/x\""}})"),
+            "Permission denied: user=bob, access=WRITE, inode=\"/x\"");
+  EXPECT_EQ(internal::RemoteExceptionMessage("<html>Bad\ngateway</html>"), "<html>Bad gateway</html>");
+  EXPECT_EQ(internal::JsonBoolean(R"({"boolean":true})"), std::optional<bool>(true));
+  EXPECT_EQ(internal::JsonBoolean(R"({"boolean": false})"), std::optional<bool>(false));
+  EXPECT_FALSE(internal::JsonBoolean("{}").has_value());
 }
 
 TEST_F(SdkCheckpointTest, SaveErrorsAreValuesWithAReason) {
