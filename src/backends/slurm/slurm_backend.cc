@@ -1,8 +1,6 @@
 #include "backends/slurm/slurm_backend.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -24,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "agent/exec_plan.h"
 #include "common/files.h"
+#include "common/local_address.h"
 #include "common/process.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -397,25 +396,7 @@ absl::StatusOr<std::string> SlurmBackend::AddressTowardsController() {
     return absl::UnavailableError("scontrol show config names no SlurmctldHost");
   }
   std::string controller = m[2].matched ? m[2].str() : m[1].str();
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(controller.c_str(), "6817", &hints, &res) != 0 || res == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve the Slurm controller ", controller));
-  }
-  // A UDP connect sends nothing; it only makes the kernel choose the route and source address.
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-  ::freeaddrinfo(res);
-  if (fd >= 0) ::close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("no route to the Slurm controller ", controller));
-  char text[INET_ADDRSTRLEN];
-  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
-  return std::string(text);
+  return common::LocalAddressTowards(controller, "6817", "the Slurm controller");
 }
 
 }  // namespace shoal::backends

@@ -1,8 +1,6 @@
 #include "backends/yarn/yarn_backend.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
+#include "common/local_address.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -531,25 +530,7 @@ absl::StatusOr<std::vector<std::string>> YarnBackend::UnfinishedApplications(
 
 absl::StatusOr<std::string> YarnBackend::AddressTowardsResourceManager(const std::string& rm_web) {
   std::string host = HostOf(rm_web);
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), "8088", &hints, &res) != 0 || res == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve the ResourceManager's host ", host));
-  }
-  // A UDP connect sends nothing; it only makes the kernel choose the route and source address.
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-            ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-  ::freeaddrinfo(res);
-  if (fd >= 0) ::close(fd);
-  if (!ok) return absl::UnavailableError(absl::StrCat("no route to the ResourceManager ", host));
-  char text[INET_ADDRSTRLEN];
-  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
-  return std::string(text);
+  return common::LocalAddressTowards(host, "8088", "the ResourceManager");
 }
 
 }  // namespace shoal::backends
