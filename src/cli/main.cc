@@ -126,8 +126,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--http-port", serve.http_port, "HTTP port (default 8000; 0: a free one)");
   serve_cmd->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
   serve_cmd->add_option("--http-threads", serve.http_threads,
-                        "Threads answering HTTP requests (default 64)")
-      ->check(CLI::Range(1, 4096));
+                        "HTTP event-loop threads (default 0: one per CPU the server may use)")
+      ->check(CLI::Range(0, 1024));
   serve_cmd->add_option("--max-request-bytes", serve.max_request_bytes,
                         "Larger request bodies are refused with 413 (default 64 MiB)")
       ->check(CLI::PositiveNumber);

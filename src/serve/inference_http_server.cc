@@ -1,371 +1,360 @@
 #include "serve/inference_http_server.h"
 
-#include <httplib.h>
-
-#include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <limits>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <vector>
 
-#include "absl/strings/numbers.h"
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 #include "serve/bearer_token.h"
+#include "serve/inference_http_routes.h"
 #include "serve/json_codec.h"
-#include "serve/model_manager.h"
-#include "serve/prometheus_text.h"
+#include "serve/worker_pool.h"
 
 namespace shoal::serve {
 namespace {
 
-// Ordered: metadata reads name first, as in the KServe v2 examples.
-using json = nlohmann::ordered_json;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
 
-constexpr char kJson[] = "application/json";
-// Every route's {name} and optional /versions/{v}; the tail differs.
-constexpr char kModelPath[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+// A kept-alive connection is closed after this long without a new request, as uvicorn's and
+// httplib's are; a request's header must arrive within it too.
+constexpr std::chrono::seconds kIdleTimeout{5};
+// A body (up to --max-request-bytes) must arrive, and a response be taken, within this.
+constexpr std::chrono::seconds kTransferTimeout{60};
+// After answering a request whose body is left unread, the connection is read to its end for
+// at most this long before it closes: closing with unread bytes would reset it and could drop
+// the answer before the client read it.
+constexpr std::chrono::seconds kLingerTimeout{2};
+constexpr uint32_t kMaxHeaderBytes = 64 * 1024;
 
-int HttpStatus(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kUnavailable: return 503;
-    default: return 500;
-  }
-}
+// Boost 1.74's string_view is not std's.
+std::string_view Std(beast::string_view view) { return {view.data(), view.size()}; }
 
-void ReplyError(httplib::Response& res, int http_status, std::string_view message) {
-  res.status = http_status;
-  res.set_content(EncodeError(message), kJson);
-}
-
-void ReplyError(httplib::Response& res, const absl::Status& status) {
-  ReplyError(res, HttpStatus(status), std::string(status.message()));
-}
-
-void ReplyJson(httplib::Response& res, const json& body) {
-  res.status = 200;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
-}
-
-std::optional<std::string> VersionOf(const httplib::Request& req) {
-  if (req.matches.size() > 2 && req.matches[2].matched) return req.matches[2].str();
-  return std::nullopt;
-}
-
-json TensorMetadata(const TensorSignature& tensor) {
-  return {{"name", tensor.name},
-          {"datatype", tensor.datatype ? std::string(DataTypeName(*tensor.datatype)) : ""},
-          {"shape", tensor.shape.value_or(std::vector<int64_t>{})}};
-}
-
-// The body of a repository request: empty, or a JSON object with only the keys in `allowed`.
-// The error names the endpoint.
-absl::StatusOr<json> RepositoryRequestBody(const httplib::Request& req,
-                                           std::initializer_list<std::string_view> allowed) {
-  if (req.body.empty()) return json::object();
-  json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded() || !body.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(req.path, ": the body must be empty or a JSON object"));
-  }
-  for (const auto& [key, value] : body.items()) {
-    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(req.path, ": unknown key '", key, "'"));
+// "%41" -> "A"; a '%' not followed by two hex digits stays as it is.
+std::string PercentDecoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 &&
+        hex(text[i + 2]) >= 0) {
+      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
     }
   }
-  // Triton's parameters override the config or carry the model's files; shoal reads both
-  // from the repository only.
-  if (body.contains("parameters") &&
-      !(body["parameters"].is_object() && body["parameters"].empty())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        req.path, ": parameters are not supported; shoal loads the config and files from the "
-                  "repository directory"));
-  }
-  return body;
+  return out;
 }
 
-json VersionStats(const ServedVersion& version) {
-  const InferenceStats& s = version.stats();
-  auto duration = [](uint64_t count, uint64_t ns) { return json{{"count", count}, {"ns", ns}}; };
-  uint64_t success = s.success_count;
-  return {{"name", version.model_name()},
-          {"version", absl::StrCat(version.version())},
-          {"last_inference", s.last_inference_ms.load()},
-          {"inference_count", s.inference_count.load()},
-          {"execution_count", s.execution_count.load()},
-          {"inference_stats",
-           {{"success", duration(success, s.success_ns)},
-            {"fail", duration(s.failure_count, s.failure_ns)},
-            {"queue", duration(success, s.queue_ns)},
-            {"compute_infer", duration(s.execution_count, s.compute_ns)}}}};
-}
+// What every connection shares.
+struct ServerState {
+  const InferenceRoutes* routes = nullptr;
+  size_t max_body_bytes = 0;
+  std::string auth_token;
+  std::atomic<bool> stopping{false};
+  // Requests read and not yet answered; Stop() waits for them.
+  std::mutex mu;
+  std::condition_variable idle;
+  int64_t unanswered = 0;
+
+  // Counts a request in, unless the server is stopping: then it is not answered at all.
+  bool Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
+    ++unanswered;
+    return true;
+  }
+  void Answered() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--unanswered == 0) idle.notify_all();
+  }
+};
+
+// One client connection, served by one event loop: read a request, hand it to the routes,
+// write the reply when it comes (on this loop), read the next.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, ServerState* state) : stream_(std::move(socket)), state_(state) {}
+
+  void Start() { ReadHeader(); }
+
+ private:
+  void ReadHeader() {
+    if (state_->stopping) return Close();
+    parser_.emplace();
+    parser_->header_limit(kMaxHeaderBytes);
+    parser_->body_limit(state_->max_body_bytes);
+    stream_.expires_after(kIdleTimeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              self->OnHeader(ec);
+                            });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    const auto& header = parser_->get();
+    if (!state_->auth_token.empty() &&
+        !BearerTokenMatches(Std(header[http::field::authorization]),
+                            state_->auth_token)) {
+      HttpReply reply = InferenceRoutes::Error(
+          401, "this server needs its token: send the header Authorization: Bearer <token>");
+      reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+      // Its body, if any, is not read: the connection cannot carry another request.
+      return WriteReply(std::move(reply), /*counted=*/false, /*close=*/!parser_->is_done());
+    }
+    if (!parser_->is_done() &&
+        absl::EqualsIgnoreCase(std::string(Std(header[http::field::expect])), "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_after(kTransferTimeout);
+      asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
+                        [self = shared_from_this()](beast::error_code ec, size_t) {
+                          if (ec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    stream_.expires_after(kTransferTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->OnRequest(ec);
+                     });
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return WriteReply(
+          InferenceRoutes::Error(
+              413, absl::StrCat("request body larger than the server's limit of ",
+                                state_->max_body_bytes, " bytes (--max-request-bytes)")),
+          false, true);
+    }
+    if (ec == http::error::header_limit) {
+      return WriteReply(InferenceRoutes::Error(
+                            431, absl::StrCat("request header larger than the server's limit of ",
+                                              kMaxHeaderBytes, " bytes")),
+                        false, true);
+    }
+    // beast::error::timeout: the stream has closed the socket already (idle keep-alive, or a
+    // request that stalled), so there is no answering it.
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message) {
+      return Close();  // the client closed, between requests or inside one
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_method).category()) {
+      // The bytes are not an HTTP/1.1 request.
+      return WriteReply(
+          InferenceRoutes::Error(400, absl::StrCat("malformed HTTP request: ", ec.message())),
+          false, true);
+    }
+    Close();  // reset, aborted, ...: the client is gone
+  }
+
+  void OnRequest(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    http::request<http::string_body> message = parser_->release();
+    parser_.reset();
+    keep_alive_ = message.keep_alive();
+    HttpRequest request;
+    request.method = std::string(Std(message.method_string()));
+    std::string_view target = Std(message.target());
+    request.path = PercentDecoded(target.substr(0, target.find('?')));
+    request.body = std::move(message.body());
+    if (auto it = message.find(kInferenceHeaderContentLength); it != message.end()) {
+      request.inference_header_content_length = std::string(Std(it->value()));
+    }
+    if (!state_->Take()) return Close();
+    state_->routes->Handle(
+        std::move(request),
+        [self = shared_from_this()](std::function<HttpReply()> make_reply) mutable {
+          auto executor = self->stream_.get_executor();
+          // On this loop's thread the reply is written at once; from a model's thread it is
+          // queued to the loop.
+          asio::dispatch(executor, [self = std::move(self),
+                                    make_reply = std::move(make_reply)]() mutable {
+            self->WriteReply(make_reply(), /*counted=*/true, /*close=*/false);
+          });
+        });
+  }
+
+  void WriteReply(HttpReply reply, bool counted, bool close) {
+    close = close || !keep_alive_ || state_->stopping;
+    response_ = {};
+    response_.version(11);
+    response_.result(static_cast<unsigned>(reply.status));
+    response_.set(http::field::content_type, reply.content_type);
+    for (auto& [name, value] : reply.headers) response_.set(name, value);
+    response_.body() = std::move(reply.body);
+    response_.keep_alive(!close);
+    response_.prepare_payload();
+    stream_.expires_after(kTransferTimeout);
+    http::async_write(stream_, response_,
+                      [self = shared_from_this(), counted, close](beast::error_code ec, size_t) {
+                        if (counted) self->state_->Answered();
+                        if (ec) return self->Close();
+                        if (close) return self->Linger();
+                        self->ReadHeader();
+                      });
+  }
+
+  // Sends FIN, then reads and drops what the client still sends until it closes too.
+  void Linger() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(kLingerTimeout);
+    DrainUntilClosed();
+  }
+
+  void DrainUntilClosed() {
+    if (!drain_) drain_ = std::make_unique<std::array<char, 4096>>();
+    stream_.async_read_some(asio::buffer(*drain_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->Close();
+                              self->DrainUntilClosed();
+                            });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().close(ignored);
+  }
+
+  beast::tcp_stream stream_;
+  ServerState* state_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> response_;
+  bool keep_alive_ = true;
+  std::unique_ptr<std::array<char, 4096>> drain_;
+};
 
 }  // namespace
 
 struct InferenceHttpServer::Impl {
-  httplib::Server server;
-  std::thread thread;
+  using WorkGuard = asio::executor_work_guard<asio::io_context::executor_type>;
+
+  explicit Impl(const HttpServerOptions& options, ModelManager* models)
+      : blocking(std::max(1, options.blocking_threads)),
+        routes({options.server_version, options.backend_description, options.max_body_bytes},
+               models, &blocking) {
+    state.routes = &routes;
+    state.max_body_bytes = options.max_body_bytes;
+    state.auth_token = options.auth_token;
+    int count = std::max(1, options.threads);
+    for (int i = 0; i < count; ++i) {
+      loops.push_back(std::make_unique<asio::io_context>(1));
+      guards.emplace_back(loops.back()->get_executor());
+    }
+    acceptor.emplace(*loops.front());
+  }
+
+  void Accept() {
+    asio::io_context& loop = *loops[next_loop++ % loops.size()];
+    acceptor->async_accept(loop, [this, &loop](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+      if (!ec) {
+        beast::error_code ignored;
+        // Beast writes a response's header and body in one call; no delayed-ACK wait either way.
+        socket.set_option(tcp::no_delay(true), ignored);
+        asio::post(loop, [connection = std::make_shared<Connection>(std::move(socket), &state)] {
+          connection->Start();
+        });
+      }
+      // EMFILE and friends: keep accepting; the next connection may be served.
+      Accept();
+    });
+  }
+
+  WorkerPool blocking;
+  InferenceRoutes routes;
+  ServerState state;
+  // Declared after what their handlers use, so destroyed (with any pending handler) first.
+  std::vector<std::unique_ptr<asio::io_context>> loops;
+  std::vector<WorkGuard> guards;
+  std::optional<tcp::acceptor> acceptor;
+  size_t next_loop = 0;
+  std::vector<std::thread> threads;
   std::once_flag stopped;
 };
 
 absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
     const HttpServerOptions& options, ModelManager* models) {
   std::unique_ptr<InferenceHttpServer> http(new InferenceHttpServer());
-  http->impl_ = std::make_unique<Impl>();
-  httplib::Server& server = http->impl_->server;
+  http->impl_ = std::make_unique<Impl>(options, models);
+  Impl& impl = *http->impl_;
 
-  server.Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
-    ReplyJson(res, {{"live", true}});
-  });
-  server.Get("/v2/health/ready", [models](const httplib::Request&, httplib::Response& res) {
-    if (models->IsLoaded()) {
-      ReplyJson(res, {{"ready", true}});
-    } else {
-      res.status = 400;  // KServe v2: readiness false is a 4xx
-      res.set_content(json{{"ready", false}, {"error", "the models are still loading"}}.dump(),
-                      kJson);
-    }
-  });
-  json server_metadata = {{"name", "shoal"},
-                          {"version", options.server_version},
-                          {"extensions", {"binary_tensor_data", "statistics"}},
-                          {"backend", options.backend_description}};
-  server.Get("/v2", [server_metadata](const httplib::Request&, httplib::Response& res) {
-    ReplyJson(res, server_metadata);
-  });
-
-  server.Get(kModelPath, [models](const httplib::Request& req, httplib::Response& res) {
-    auto version = models->FindVersion(req.matches[1], VersionOf(req));
-    if (!version.ok()) return ReplyError(res, version.status());
-    auto model = models->FindModel(req.matches[1]);
-    if (!model.ok()) return ReplyError(res, model.status());
-    json versions = json::array();
-    for (const auto& v : model->versions) versions.push_back(absl::StrCat(v->version()));
-    json inputs = json::array(), outputs = json::array();
-    for (const auto& t : (*version)->inputs()) inputs.push_back(TensorMetadata(t));
-    for (const auto& t : (*version)->outputs()) outputs.push_back(TensorMetadata(t));
-    ReplyJson(res, {{"name", model->name},
-                    {"versions", versions},
-                    {"platform", (*version)->platform()},
-                    {"inputs", inputs},
-                    {"outputs", outputs},
-                    {"parameters",
-                     {{"version", absl::StrCat((*version)->version())},
-                      {"max_batch_size", (*version)->max_batch_size()},
-                      {"instances", (*version)->instances()},
-                      {"threads_per_instance", (*version)->threads_per_instance()}}}});
-  });
-
-  server.Get(absl::StrCat(kModelPath, "/ready"),
-             [models](const httplib::Request& req, httplib::Response& res) {
-               std::string name = req.matches[1];
-               auto model = models->FindModel(name);
-               if (!model.ok()) return ReplyError(res, model.status());
-               auto version = models->FindVersion(name, VersionOf(req));
-               if (version.ok()) {
-                 ReplyJson(res, {{"name", name}, {"ready", true}});
-                 return;
-               }
-               if (version.status().code() == absl::StatusCode::kNotFound && model->ready) {
-                 return ReplyError(res, version.status());  // an unknown version of a model
-               }
-               res.status = 400;  // KServe v2: readiness false is a 4xx
-               res.set_content(json{{"name", name},
-                                    {"ready", false},
-                                    {"error", version.status().message()}}
-                                   .dump(-1, ' ', false, json::error_handler_t::replace),
-                               kJson);
-             });
-
-  server.Get(absl::StrCat(kModelPath, "/stats"),
-             [models](const httplib::Request& req, httplib::Response& res) {
-               std::optional<std::string> wanted = VersionOf(req);
-               json stats = json::array();
-               if (wanted) {
-                 auto version = models->FindVersion(req.matches[1], wanted);
-                 if (!version.ok()) return ReplyError(res, version.status());
-                 stats.push_back(VersionStats(**version));
-               } else {
-                 auto model = models->FindModel(req.matches[1]);
-                 if (!model.ok()) return ReplyError(res, model.status());
-                 for (const auto& v : model->versions) stats.push_back(VersionStats(*v));
-               }
-               ReplyJson(res, {{"model_stats", stats}});
-             });
-
-  server.Post(absl::StrCat(kModelPath, "/infer"),
-              [models](const httplib::Request& req, httplib::Response& res) {
-                auto version = models->FindVersion(req.matches[1], VersionOf(req));
-                if (!version.ok()) return ReplyError(res, version.status());
-                // The binary tensor extension: the JSON's length, the tensors' bytes after it.
-                std::string json_size_text = req.get_header_value(kInferenceHeaderContentLength);
-                std::optional<std::string_view> json_size;
-                if (req.has_header(kInferenceHeaderContentLength)) json_size = json_size_text;
-                absl::StatusOr<InferRequest> request = DecodeInferRequest(req.body, json_size);
-                if (!request.ok()) return ReplyError(res, request.status());
-                std::string id = request->id;
-                BinaryOutputs binary = request->binary_outputs;
-                absl::StatusOr<std::vector<Tensor>> outputs =
-                    (*version)->Infer(*std::move(request));
-                if (!outputs.ok()) return ReplyError(res, outputs.status());
-                EncodedInferResponse response = EncodeInferResponse(
-                    (*version)->model_name(), (*version)->version(), id, *outputs, binary);
-                res.status = 200;
-                if (response.json_size) {
-                  res.set_header(kInferenceHeaderContentLength,
-                                 std::to_string(*response.json_size));
-                  res.set_content(std::move(response.body), "application/octet-stream");
-                } else {
-                  res.set_content(std::move(response.body), kJson);
-                }
-              });
-
-  // Prometheus scrapes this; the figures of every version serving now, REST and gRPC requests
-  // alike (both run through ServedVersion::Infer).
-  server.Get("/metrics", [models](const httplib::Request&, httplib::Response& res) {
-    std::vector<VersionMetrics> metrics;
-    for (const auto& version : models->ServingVersions()) {
-      const InferenceStats& s = version->stats();
-      VersionMetrics& m = metrics.emplace_back();
-      m.model = version->model_name();
-      m.version = version->version();
-      m.success_count = s.success_count;
-      m.failure_count = s.failure_count + s.invalid_count;
-      m.inference_count = s.inference_count;
-      m.execution_count = s.execution_count;
-      m.queue_ns = s.queue_ns;
-      m.compute_ns = s.compute_ns;
-      m.in_flight = s.in_flight;
-      for (const auto& bucket : s.latency_buckets) m.latency_buckets.push_back(bucket);
-      m.latency_sum_ns = s.latency_sum_ns;
-    }
-    res.status = 200;
-    res.set_content(FormatPrometheusText(metrics), "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  // Triton's model repository extension.
-  server.Post("/v2/repository/index", [models](const httplib::Request& req,
-                                               httplib::Response& res) {
-    absl::StatusOr<json> body = RepositoryRequestBody(req, {"ready"});
-    if (!body.ok()) return ReplyError(res, body.status());
-    bool only_ready = false;
-    if (body->contains("ready")) {
-      if (!(*body)["ready"].is_boolean()) {
-        return ReplyError(res, 400, "/v2/repository/index: 'ready' must be true or false");
-      }
-      only_ready = (*body)["ready"].get<bool>();
-    }
-    json index = json::array();
-    for (const RepositoryIndexEntry& entry : models->Index()) {
-      if (only_ready && entry.state != "READY") continue;
-      json row = {{"name", entry.name}};
-      if (!entry.version.empty()) row["version"] = entry.version;
-      row["state"] = entry.state;
-      if (!entry.reason.empty()) row["reason"] = entry.reason;
-      index.push_back(std::move(row));
-    }
-    ReplyJson(res, index);
-  });
-  server.Post(R"(/v2/repository/models/([^/]+)/(load|unload))",
-              [models](const httplib::Request& req, httplib::Response& res) {
-                absl::StatusOr<json> body = RepositoryRequestBody(req, {"parameters"});
-                if (!body.ok()) return ReplyError(res, body.status());
-                std::string model = req.matches[1];
-                absl::Status done = req.matches[2] == "load" ? models->LoadModel(model)
-                                                             : models->UnloadModel(model);
-                if (!done.ok()) return ReplyError(res, done);
-                ReplyJson(res, json::object());
-              });
-
-  // Everything httplib answers itself (no route, body over the limit, unreadable request)
-  // still gets a JSON error body.
-  size_t max_body = options.max_body_bytes;
-  server.set_error_handler([max_body](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message;
-    switch (res.status) {
-      case 404: message = absl::StrCat("no endpoint ", req.method, " ", req.path); break;
-      case 413:
-        message = absl::StrCat("request body larger than the server's limit of ", max_body,
-                               " bytes (--max-request-bytes)");
-        break;
-      case 400: message = "bad request"; break;
-      case 408: message = "the request was not received in time"; break;
-      case 414: message = "request URI too long"; break;
-      default: message = absl::StrCat("HTTP status ", res.status); break;
-    }
-    res.set_content(EncodeError(message), kJson);
-  });
-  server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-        std::string what = "internal error";
-        try {
-          if (error) std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = absl::StrCat("internal error: ", e.what());
-        } catch (...) {
-        }
-        ReplyError(res, 500, what);
-      });
-  // httplib itself answers 413 only after reading (and dropping) the whole declared body, which
-  // holds a thread until the read times out when a client declares more than it sends. Refuse
-  // on the header instead, and close the connection: its unread body cannot be parsed as the
-  // next request. set_payload_max_length still catches chunked bodies as they grow.
-  server.set_pre_routing_handler([max_body, token = options.auth_token](
-                                     const httplib::Request& req, httplib::Response& res) {
-    if (!token.empty() && !BearerTokenMatches(req.get_header_value("Authorization"), token)) {
-      ReplyError(res, 401,
-                 "this server needs its token: send the header Authorization: Bearer <token>");
-      res.set_header("WWW-Authenticate", "Bearer");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
-    uint64_t length = 0;
-    std::string declared = req.get_header_value("Content-Length");
-    if (absl::SimpleAtoi(declared, &length) && length <= max_body) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    ReplyError(res, 413,
-               absl::StrCat("request body larger than the server's limit of ", max_body,
-                            " bytes (--max-request-bytes)"));
-    res.set_header("Connection", "close");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server.set_payload_max_length(options.max_body_bytes);
-  // httplib writes a response in two pieces; without TCP_NODELAY the second waits for the
-  // client's delayed ACK, about 40 ms a request on Linux.
-  server.set_tcp_nodelay(true);
-  // httplib 0.11 closes a keep-alive connection after 5 requests by default, so a busy client
-  // paid a TCP handshake (and the server a thread hand-off) every fifth request: measured at
-  // 8 connections, 4,665 reconnects in 20,225 requests. A connection now lives until it has
-  // been idle for the keep-alive timeout (5 s), as uvicorn's do.
-  server.set_keep_alive_max_count(std::numeric_limits<size_t>::max());
-  int threads = std::max(1, options.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-
-  int port = options.port == 0 ? server.bind_to_any_port(options.host)
-                               : (server.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port <= 0) {
+  auto cannot_listen = [&](const beast::error_code& ec) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.host, ":", options.port,
-                     " (address in use, or not an address of this machine)"));
+        absl::StrCat("cannot listen on ", options.host, ":", options.port, " (", ec.message(),
+                     ": address in use, or not an address of this machine)"));
+  };
+  beast::error_code ec;
+  tcp::resolver resolver(*impl.loops.front());
+  auto endpoints = resolver.resolve(options.host, std::to_string(options.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty()) return cannot_listen(ec);
+  tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  tcp::acceptor& acceptor = *impl.acceptor;
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return cannot_listen(ec);
+  http->port_ = acceptor.local_endpoint().port();
+
+  impl.Accept();
+  for (auto& loop : impl.loops) {
+    impl.threads.emplace_back([loop = loop.get()] { loop->run(); });
   }
-  http->port_ = static_cast<uint16_t>(port);
-  http->impl_->thread = std::thread([&server] { server.listen_after_bind(); });
-  // httplib's stop() only stops a server that already runs its accept loop: wait for it, so
-  // that a Stop() right after Start() cannot be lost. The socket is bound and listening, so
-  // clients that connect meanwhile just wait.
-  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return http;
 }
 
 void InferenceHttpServer::Stop() {
   if (!impl_) return;
-  std::call_once(impl_->stopped, [this] {
-    impl_->server.stop();
-    if (impl_->thread.joinable()) impl_->thread.join();
+  std::call_once(impl_->stopped, [impl = impl_.get()] {
+    {
+      std::lock_guard<std::mutex> lock(impl->state.mu);
+      impl->state.stopping = true;
+    }
+    asio::post(*impl->loops.front(), [impl] {
+      beast::error_code ignored;
+      impl->acceptor->close(ignored);
+    });
+    {
+      // Every request taken is answered: a model runs every request it queued.
+      std::unique_lock<std::mutex> lock(impl->state.mu);
+      impl->state.idle.wait(lock, [impl] { return impl->state.unanswered == 0; });
+    }
+    for (auto& loop : impl->loops) loop->stop();
+    for (std::thread& thread : impl->threads) thread.join();
+    impl->blocking.Stop();
   });
 }
 

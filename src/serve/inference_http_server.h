@@ -14,9 +14,12 @@ class ModelManager;
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // 0: any free port
-  // Threads answering HTTP requests; a request waiting for its model holds one, so this also
-  // bounds how many requests can wait to be batched together.
-  int threads = 64;
+  // Event-loop threads, each serving its share of the connections; one per core the server
+  // may use is enough, since no request holds a thread while its model works.
+  int threads = 1;
+  // Threads for the requests that must wait (an ensemble's members in turn, loading and
+  // unloading models); they also bound how many ensemble requests run at once.
+  int blocking_threads = 16;
   // Bodies larger than this are refused with 413 before they are read.
   size_t max_body_bytes = 64 << 20;
   std::string server_version = "0.1.0";
@@ -25,8 +28,9 @@ struct HttpServerOptions {
   std::string auth_token;
 };
 
-// The KServe v2 REST endpoints (docs/serving.md), on cpp-httplib. Serves on a thread pool of
-// its own from Start() until Stop() or destruction.
+// The KServe v2 REST endpoints (inference_http_routes.h, docs/serving.md) over HTTP/1.1 with
+// keep-alive, on event loops of its own (Boost.Beast over Asio) from Start() until Stop() or
+// destruction.
 class InferenceHttpServer {
  public:
   // Binds `options.host:options.port` and starts serving. `models` must outlive the server.

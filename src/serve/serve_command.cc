@@ -103,7 +103,7 @@ int RunServer(const ServeOptions& options) {
   HttpServerOptions http_options;
   http_options.host = options.host;
   http_options.port = options.http_port;
-  http_options.threads = options.http_threads;
+  http_options.threads = options.http_threads > 0 ? options.http_threads : cpus;
   http_options.max_body_bytes = options.max_request_bytes;
   http_options.backend_description = (*backend)->Description();
   http_options.auth_token = token;

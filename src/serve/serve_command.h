@@ -1,6 +1,6 @@
 #pragma once
 
-// `shoal serve`: what the CLI needs and nothing more (no libtorch, gRPC or httplib here).
+// `shoal serve`: what the CLI needs and nothing more (no libtorch, gRPC or Boost here).
 
 #include <cstddef>
 #include <cstdint>
@@ -12,8 +12,9 @@ struct ServeOptions {
   std::string model_repository;  // required: DIR/<model>/<version>/model.pt
   std::string host = "127.0.0.1";
   uint16_t http_port = 8000;  // 0: a free port, printed
-  // Threads answering HTTP requests (each request waiting for its model holds one).
-  int http_threads = 64;
+  // HTTP event-loop threads; 0: one per CPU the server may use (its affinity mask). No request
+  // holds one while its model works.
+  int http_threads = 0;
   size_t max_request_bytes = 64 << 20;  // larger bodies get 413, larger gRPC messages
                                         // RESOURCE_EXHAUSTED
   uint16_t grpc_port = 8001;  // on `host`; 0: a free port, printed

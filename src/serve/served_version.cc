@@ -23,6 +23,26 @@ std::string Names(const std::vector<TensorSignature>& tensors) {
   return absl::StrJoin(names, ", ");
 }
 
+// The outputs named in `requested`, in that order, or which one the model did not return.
+absl::StatusOr<std::vector<Tensor>> SelectOutputs(const std::string& model_name,
+                                                  std::vector<Tensor> outputs,
+                                                  const std::vector<std::string>& requested) {
+  std::vector<Tensor> selected;
+  for (const std::string& name : requested) {
+    auto it = std::find_if(outputs.begin(), outputs.end(),
+                           [&](const Tensor& t) { return t.name == name; });
+    if (it == outputs.end()) {
+      std::vector<std::string> names;
+      for (const Tensor& t : outputs) names.push_back(t.name);
+      return absl::InvalidArgumentError(absl::StrCat("model '", model_name, "' has no output '",
+                                                     name, "'; its outputs are: ",
+                                                     absl::StrJoin(names, ", ")));
+    }
+    selected.push_back(std::move(*it));
+  }
+  return selected;
+}
+
 // Whether `shape` fits `pattern` (-1 matches any size).
 bool ShapeMatches(const std::vector<int64_t>& shape, const std::vector<int64_t>& pattern) {
   if (shape.size() != pattern.size()) return false;
@@ -471,17 +491,33 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::ValidateInputs(std::vector<Te
 }
 
 absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
+  if (!ensemble_.models.empty()) {
+    stats_.in_flight += 1;
+    absl::StatusOr<std::vector<Tensor>> outputs = InferEnsemble(std::move(request));
+    stats_.in_flight -= 1;
+    return outputs;
+  }
+  auto promise = std::make_shared<std::promise<absl::StatusOr<std::vector<Tensor>>>>();
+  std::future<absl::StatusOr<std::vector<Tensor>>> future = promise->get_future();
+  InferAsync(std::move(request), [promise](absl::StatusOr<std::vector<Tensor>> result) {
+    promise->set_value(std::move(result));
+  });
+  return future.get();
+}
+
+void ServedVersion::InferAsync(InferRequest request, InferenceDone done) {
+  if (!ensemble_.models.empty()) {
+    done(Infer(std::move(request)));
+    return;
+  }
   stats_.in_flight += 1;
-  struct InFlight {
-    InferenceStats& stats;
-    ~InFlight() { stats.in_flight -= 1; }
-  } in_flight{stats_};
-  if (!ensemble_.models.empty()) return InferEnsemble(std::move(request));
   int64_t rows = 1;
   auto inputs = ValidateInputs(std::move(request.inputs), &rows);
   if (!inputs.ok()) {
     stats_.invalid_count += 1;
-    return inputs.status();
+    stats_.in_flight -= 1;
+    done(inputs.status());
+    return;
   }
   if (!outputs_.empty()) {
     for (const std::string& name : request.requested_outputs) {
@@ -489,45 +525,37 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
                                [&](const TensorSignature& s) { return s.name == name; });
       if (!known) {
         stats_.invalid_count += 1;
-        return absl::InvalidArgumentError(absl::StrCat("model '", model_name_,
-                                                       "' has no output '", name,
-                                                       "'; its outputs are: ", Names(outputs_)));
+        stats_.in_flight -= 1;
+        done(absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "' has no output '",
+                                                     name, "'; its outputs are: ",
+                                                     Names(outputs_))));
+        return;
       }
     }
   }
   Clock::TimePoint start = clock_->Now();
-  auto promise = std::make_shared<std::promise<absl::StatusOr<std::vector<Tensor>>>>();
-  std::future<absl::StatusOr<std::vector<Tensor>>> future = promise->get_future();
-  scheduler_->Submit(*std::move(inputs), rows,
-                     [promise](absl::StatusOr<std::vector<Tensor>> result) {
-                       promise->set_value(std::move(result));
-                     });
-  absl::StatusOr<std::vector<Tensor>> outputs = future.get();
-  uint64_t elapsed = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now() - start).count());
-  stats_.RecordLatency(elapsed);
-  if (!outputs.ok()) {
-    stats_.failure_count += 1;
-    stats_.failure_ns += elapsed;
-    return outputs.status();
-  }
-  stats_.success_count += 1;
-  stats_.success_ns += elapsed;
-  if (request.requested_outputs.empty()) return outputs;
-  std::vector<Tensor> selected;
-  for (const std::string& name : request.requested_outputs) {
-    auto it = std::find_if(outputs->begin(), outputs->end(),
-                           [&](const Tensor& t) { return t.name == name; });
-    if (it == outputs->end()) {
-      std::vector<std::string> names;
-      for (const Tensor& t : *outputs) names.push_back(t.name);
-      return absl::InvalidArgumentError(absl::StrCat("model '", model_name_, "' has no output '",
-                                                     name, "'; its outputs are: ",
-                                                     absl::StrJoin(names, ", ")));
-    }
-    selected.push_back(std::move(*it));
-  }
-  return selected;
+  // Runs on the instance thread. The version outlives it: the caller holds the version until
+  // `done` has run, and the scheduler, which the version owns, runs every request it took.
+  scheduler_->Submit(
+      *std::move(inputs), rows,
+      [this, start, requested = std::move(request.requested_outputs),
+       done = std::move(done)](absl::StatusOr<std::vector<Tensor>> outputs) mutable {
+        uint64_t elapsed = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(clock_->Now() - start).count());
+        stats_.RecordLatency(elapsed);
+        if (outputs.ok()) {
+          stats_.success_count += 1;
+          stats_.success_ns += elapsed;
+        } else {
+          stats_.failure_count += 1;
+          stats_.failure_ns += elapsed;
+        }
+        stats_.in_flight -= 1;
+        // `done` may release the caller's hold on this version: nothing below touches `this`.
+        InferenceDone finish = std::move(done);
+        if (!outputs.ok() || requested.empty()) return finish(std::move(outputs));
+        finish(SelectOutputs(model_name_, *std::move(outputs), requested));
+      });
 }
 
 }  // namespace shoal::serve

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "serve/batch_queue.h"
 #include "serve/inference_stats.h"
 #include "serve/json_codec.h"
 #include "serve/model_config.h"
@@ -77,6 +78,12 @@ class ServedVersion {
   // failures (Internal) or shutdown (Unavailable). The outputs are those requested, in the
   // order requested, or all of them.
   absl::StatusOr<std::vector<Tensor>> Infer(InferRequest request);
+  // Infer without waiting: `done` runs exactly once with what Infer would return, on this
+  // thread when the request is refused and otherwise on an instance thread, where it must not
+  // block. The caller keeps the version alive until `done` has run. An ensemble runs its
+  // members on this thread (blocking it) before `done` runs here.
+  void InferAsync(InferRequest request, InferenceDone done);
+  bool is_ensemble() const { return !ensemble_.models.empty(); }
 
   const std::string& model_name() const { return model_name_; }
   int64_t version() const { return version_; }

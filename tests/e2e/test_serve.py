@@ -474,6 +474,41 @@ def raw_exchange(port, data, shut_write=False, until=None, timeout=2):
         return received
 
 
+def test_http_protocol_edges_get_their_own_answers(server):
+    # Bytes that are not HTTP: 400 naming the problem, then the connection closes.
+    reply = raw_exchange(server.port, b"\x16\x03\x01\x02\x00garbage\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:100]
+    assert b"malformed HTTP request" in reply
+    # A header larger than the server takes: 431, without reading on.
+    reply = raw_exchange(server.port, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                         b"a" * 70000 + b"\r\n\r\n", until=b"bytes\"}")
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
+    # Expect: 100-continue is answered before the body is sent, then the request is served.
+    body = json.dumps({"inputs": [tensor("x", [1.5, 2.5], "FP32")]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Expect: 100-continue\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        interim = sock.recv(100)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
+        sock.sendall(body)
+        reply = b""
+        while b"]}]}" not in reply:
+            chunk = sock.recv(65536)
+            assert chunk, reply
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:100]
+    assert b'"data":[1.5,2.5]' in reply
+    # A request whose header stalls halfway is dropped once the server stops waiting (5 s),
+    # without holding anything up.
+    started = time.monotonic()
+    assert raw_exchange(server.port, b"GET /v2/health/live HTTP/1.1\r\n", timeout=20) == b""
+    assert 4 < time.monotonic() - started < 15
+    # Percent-encoded paths are decoded before routing; a query string is ignored.
+    assert server.request("GET", "/v2/models/%69dentity/ready?x=1", None) == \
+        (200, {"name": "identity", "ready": True})
+
+
 def test_the_server_survives_bad_requests_and_keeps_answering_others(server, repository):
     x = torch.randn(2, 16)
     with torch.inference_mode():
