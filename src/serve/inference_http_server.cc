@@ -24,6 +24,7 @@
 #include "serve/bearer_token.h"
 #include "serve/inference_http_routes.h"
 #include "serve/json_codec.h"
+#include "serve/model_scheduler.h"
 #include "serve/worker_pool.h"
 
 namespace shoal::serve {
@@ -331,7 +332,13 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
 
   impl.Accept();
   for (auto& loop : impl.loops) {
-    impl.threads.emplace_back([loop = loop.get()] { loop->run(); });
+    impl.threads.emplace_back([loop = loop.get()] {
+      // The requests one round of the loop reads are queued without waking their models; one
+      // posted flush wakes them after the round, so they can run as one batch.
+      DeferredWakes::Install([loop] { asio::post(*loop, [] { DeferredWakes::Flush(); }); });
+      loop->run();
+      DeferredWakes::Uninstall();
+    });
   }
   return http;
 }

@@ -6,6 +6,44 @@
 #include "absl/strings/str_cat.h"
 
 namespace shoal::serve {
+namespace {
+
+struct ThreadDeferral {
+  std::function<void()> schedule_flush;
+  std::vector<std::shared_ptr<DeferredWakes::Signal>> owed;
+};
+thread_local std::unique_ptr<ThreadDeferral> this_thread_deferral;
+
+}  // namespace
+
+void DeferredWakes::Install(std::function<void()> schedule_flush) {
+  this_thread_deferral = std::make_unique<ThreadDeferral>();
+  this_thread_deferral->schedule_flush = std::move(schedule_flush);
+}
+
+void DeferredWakes::Uninstall() {
+  Flush();
+  this_thread_deferral.reset();
+}
+
+bool DeferredWakes::Defer(const std::shared_ptr<Signal>& signal) {
+  ThreadDeferral* deferral = this_thread_deferral.get();
+  if (deferral == nullptr) return false;
+  bool first = deferral->owed.empty();
+  if (std::find(deferral->owed.begin(), deferral->owed.end(), signal) == deferral->owed.end()) {
+    deferral->owed.push_back(signal);
+  }
+  if (first) deferral->schedule_flush();
+  return true;
+}
+
+void DeferredWakes::Flush() {
+  ThreadDeferral* deferral = this_thread_deferral.get();
+  if (deferral == nullptr) return;
+  std::vector<std::shared_ptr<Signal>> owed;
+  owed.swap(deferral->owed);
+  for (const auto& signal : owed) signal->work.notify_one();
+}
 
 absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
     SchedulerOptions options, std::vector<std::unique_ptr<ModelRunner>> runners,
@@ -40,7 +78,7 @@ ModelScheduler::~ModelScheduler() {
     stopping_ = true;
     abandoned = queue_.TakeAll();
   }
-  wake_.notify_all();
+  wake_->work.notify_all();
   for (std::thread& thread : threads_) thread.join();
   for (auto& request : abandoned) {
     request->done(absl::UnavailableError("the server is shutting down"));
@@ -61,7 +99,7 @@ void ModelScheduler::Submit(std::vector<Tensor> inputs, int64_t rows, InferenceD
     }
     queue_.Push(std::move(request));
   }
-  wake_.notify_one();
+  if (!DeferredWakes::Defer(wake_)) wake_->work.notify_one();
 }
 
 void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
@@ -93,7 +131,7 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
     BatchQueue::Take take = queue_.TakeDue();
     if (!take.batch.empty()) {
       // Others may be able to take the next batch while this one runs.
-      if (queue_.size() > 0) wake_.notify_one();
+      if (queue_.size() > 0) wake_->work.notify_one();
       lock.unlock();
       Execute(runner, std::move(take.batch));
       lock.lock();
@@ -103,9 +141,9 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
       // The clock may be a test's: sleep for what it says is left, in real time, then look
       // again; a new request wakes the thread earlier.
       Clock::Duration left = *take.due_at - clock_->Now();
-      wake_.wait_for(lock, std::max(left, Clock::Duration(std::chrono::microseconds(1))));
+      wake_->work.wait_for(lock, std::max(left, Clock::Duration(std::chrono::microseconds(1))));
     } else {
-      wake_.wait(lock);
+      wake_->work.wait(lock);
     }
   }
 }

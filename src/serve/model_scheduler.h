@@ -1,6 +1,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,27 @@ class ModelRunner {
   virtual void PrepareThread() = 0;
   // Runs the model on `inputs` (the model's argument order) and returns its named outputs.
   virtual absl::StatusOr<std::vector<Tensor>> Run(std::vector<Tensor> inputs) = 0;
+};
+
+// Lets an event loop collect the requests it reads in one round into one batch. While a thread
+// has deferred wakes installed, ModelScheduler::Submit on it queues the request without waking
+// an instance and owes the wake instead; the first owed wake calls `schedule_flush`, which must
+// arrange for Flush() to run on this thread once the round's other ready work is done (an Asio
+// loop posts it). Without this, the first request of a round wakes an instance at once, which
+// on a shared core preempts the loop and runs that request alone.
+class DeferredWakes {
+ public:
+  struct Signal {
+    std::condition_variable work;
+  };
+
+  // Installs deferral on the calling thread for the rest of its life (or until Uninstall).
+  static void Install(std::function<void()> schedule_flush);
+  static void Uninstall();
+  // True when the calling thread defers: then `signal` is owed a wake.
+  static bool Defer(const std::shared_ptr<Signal>& signal);
+  // Wakes one instance of every scheduler owed a wake since the last Flush.
+  static void Flush();
 };
 
 struct SchedulerOptions {
@@ -72,7 +94,9 @@ class ModelScheduler {
   std::vector<std::thread> threads_;
 
   std::mutex mu_;
-  std::condition_variable wake_;          // work queued, or stopping
+  // Work queued, or stopping. Shared, so that a deferred wake (DeferredWakes) outliving the
+  // scheduler signals nothing harmful.
+  std::shared_ptr<DeferredWakes::Signal> wake_ = std::make_shared<DeferredWakes::Signal>();
   std::condition_variable warmup_done_;   // an instance finished its warmup
   BatchQueue queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -165,6 +165,40 @@ TEST(ModelSchedulerTest, CombinesRequestsThatQueueWhileTheInstanceIsBusy) {
   EXPECT_EQ(stats.inference_count, 8u);
 }
 
+TEST(ModelSchedulerTest, DeferredWakesLetARoundOfRequestsRunAsOneBatch) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};  // no waiting for a batch to fill
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+
+  int flushes_scheduled = 0;
+  DeferredWakes::Install([&] { ++flushes_scheduled; });
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> round;
+  for (int i = 0; i < 5; ++i) round.push_back(Submit(**scheduler, 1, float(i)));
+  // One flush is owed for the round, however many requests it queued.
+  EXPECT_EQ(flushes_scheduled, 1);
+  DeferredWakes::Flush();
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<std::vector<Tensor>> result = round[i].get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(FirstFloat((*result)[0]), float(i));
+    EXPECT_EQ(FirstFloat((*result)[1]), 5.0f);  // all five in one batch
+  }
+  // The next round owes a flush of its own.
+  auto next = Submit(**scheduler, 1, 9.0f);
+  EXPECT_EQ(flushes_scheduled, 2);
+  DeferredWakes::Uninstall();  // flushes what is owed
+  ASSERT_TRUE(next.get().ok());
+  // Without deferral, Submit wakes an instance itself.
+  ASSERT_TRUE(Submit(**scheduler, 1, 10.0f).get().ok());
+  EXPECT_EQ(flushes_scheduled, 2);
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{5, 1, 1}));
+}
+
 TEST(ModelSchedulerTest, WithoutBatchingRunsEachRequestAlone) {
   Recorder recorder;
   InferenceStats stats;
