@@ -1,6 +1,5 @@
 #pragma once
 
-#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -44,7 +43,6 @@ class InferenceRoutes {
   struct Options {
     std::string server_version;
     std::string backend_description;
-    size_t max_body_bytes = 0;  // named in 413 messages
   };
   // `models` and `blocking` must outlive the routes and every reply they owe.
   InferenceRoutes(Options options, ModelManager* models, WorkerPool* blocking)

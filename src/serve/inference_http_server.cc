@@ -263,7 +263,7 @@ struct InferenceHttpServer::Impl {
 
   explicit Impl(const HttpServerOptions& options, ModelManager* models)
       : blocking(std::max(1, options.blocking_threads)),
-        routes({options.server_version, options.backend_description, options.max_body_bytes},
+        routes({options.server_version, options.backend_description},
                models, &blocking) {
     state.routes = &routes;
     state.max_body_bytes = options.max_body_bytes;
