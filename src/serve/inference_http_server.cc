@@ -1,5 +1,6 @@
 #include "serve/inference_http_server.h"
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,7 +17,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/core/basic_stream.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/match.h"
@@ -34,6 +35,11 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
+// Each connection lives on one io_context; naming its executor type spares every operation
+// the type-erased any_io_executor.
+using LoopExecutor = asio::io_context::executor_type;
+using LoopSocket = asio::basic_stream_socket<tcp, LoopExecutor>;
+using LoopStream = beast::basic_stream<tcp, LoopExecutor>;
 
 // A kept-alive connection is closed after this long without a new request, as uvicorn's and
 // httplib's are; a request's header must arrive within it too.
@@ -99,7 +105,7 @@ struct ServerState {
 // write the reply when it comes (on this loop), read the next.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, ServerState* state) : stream_(std::move(socket)), state_(state) {}
+  Connection(LoopSocket socket, ServerState* state) : stream_(std::move(socket)), state_(state) {}
 
   void Start() { ReadHeader(); }
 
@@ -205,18 +211,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
         });
   }
 
+  // The status line and header are formatted here and sent with the body in one gather
+  // write: Beast's generic serializer cost more than the rest of a small request's handling.
   void WriteReply(HttpReply reply, bool counted, bool close) {
     close = close || !keep_alive_ || state_->stopping;
-    response_ = {};
-    response_.version(11);
-    response_.result(static_cast<unsigned>(reply.status));
-    response_.set(http::field::content_type, reply.content_type);
-    for (auto& [name, value] : reply.headers) response_.set(name, value);
-    response_.body() = std::move(reply.body);
-    response_.keep_alive(!close);
-    response_.prepare_payload();
+    head_.clear();
+    beast::string_view reason =
+        http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)));
+    absl::StrAppend(&head_, "HTTP/1.1 ", reply.status, " ");
+    head_.append(reason.data(), reason.size());
+    absl::StrAppend(&head_, "\r\nContent-Type: ", reply.content_type,
+                    "\r\nContent-Length: ", reply.body.size(), "\r\n");
+    for (const auto& [name, value] : reply.headers) {
+      absl::StrAppend(&head_, name, ": ", value, "\r\n");
+    }
+    if (close) head_ += "Connection: close\r\n";
+    head_ += "\r\n";
+    body_ = std::move(reply.body);
+    std::array<asio::const_buffer, 2> buffers{asio::buffer(head_), asio::buffer(body_)};
     stream_.expires_after(kTransferTimeout);
-    http::async_write(stream_, response_,
+    asio::async_write(stream_, buffers,
                       [self = shared_from_this(), counted, close](beast::error_code ec, size_t) {
                         if (counted) self->state_->Answered();
                         if (ec) return self->Close();
@@ -247,11 +261,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     stream_.socket().close(ignored);
   }
 
-  beast::tcp_stream stream_;
+  LoopStream stream_;
   ServerState* state_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  http::response<http::string_body> response_;
+  std::string head_;  // the reply being written: its status line and header,
+  std::string body_;  // and its body
   bool keep_alive_ = true;
   std::unique_ptr<std::array<char, 4096>> drain_;
 };
@@ -278,11 +293,11 @@ struct InferenceHttpServer::Impl {
 
   void Accept() {
     asio::io_context& loop = *loops[next_loop++ % loops.size()];
-    acceptor->async_accept(loop, [this, &loop](beast::error_code ec, tcp::socket socket) {
+    acceptor->async_accept(loop, [this, &loop](beast::error_code ec, LoopSocket socket) {
       if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
       if (!ec) {
         beast::error_code ignored;
-        // Beast writes a response's header and body in one call; no delayed-ACK wait either way.
+        // A reply's header and body go out in one gather write; no delayed-ACK wait either way.
         socket.set_option(tcp::no_delay(true), ignored);
         asio::post(loop, [connection = std::make_shared<Connection>(std::move(socket), &state)] {
           connection->Start();
