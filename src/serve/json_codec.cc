@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "serve/common_infer_request.h"
 
 namespace shoal::serve {
 namespace {
@@ -40,9 +41,6 @@ std::string InputLabel(size_t index, const std::string& name) {
 std::string Quote(const std::string& text) {
   return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
-
-// Deeper shapes are refused: nested `data` is flattened recursively, one frame per dimension.
-constexpr size_t kMaxRank = 32;
 
 const char* JsonTypeName(const json& value) {
   switch (value.type()) {
@@ -238,9 +236,9 @@ absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index, BinaryTail* 
     }
     tensor.shape.push_back(dim.get<int64_t>());
   }
-  if (tensor.shape.size() > kMaxRank) {
+  if (tensor.shape.size() > kMaxRequestRank) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": shape has ", tensor.shape.size(),
-                                                   " dimensions; at most ", kMaxRank));
+                                                   " dimensions; at most ", kMaxRequestRank));
   }
   std::optional<int64_t> elements = ElementCount(tensor.shape);
   if (!elements) {
@@ -428,6 +426,16 @@ absl::StatusOr<InferRequest> DecodeDocument(std::string_view text, BinaryTail* b
 
 absl::StatusOr<InferRequest> DecodeInferRequest(std::string_view body,
                                                 std::optional<std::string_view> json_size_header) {
+  if (!json_size_header) {
+    if (std::optional<InferRequest> common = DecodeCommonInferRequest(body)) {
+      return *std::move(common);
+    }
+  }
+  return DecodeInferRequestThroughDocument(body, json_size_header);
+}
+
+absl::StatusOr<InferRequest> DecodeInferRequestThroughDocument(
+    std::string_view body, std::optional<std::string_view> json_size_header) {
   BinaryTail binary;
   std::string_view text = body;
   if (json_size_header) {

@@ -64,6 +64,14 @@ inline constexpr char kInferenceHeaderContentLength[] = "Inference-Header-Conten
 absl::StatusOr<InferRequest> DecodeInferRequest(
     std::string_view body, std::optional<std::string_view> json_size_header = std::nullopt);
 
+// DecodeInferRequest without its one-pass path for the common form (common_infer_request.h):
+// every body through a JSON document. For the tests that hold the two to the same answers.
+absl::StatusOr<InferRequest> DecodeInferRequestThroughDocument(
+    std::string_view body, std::optional<std::string_view> json_size_header = std::nullopt);
+
+// Deeper shapes are refused.
+inline constexpr size_t kMaxRequestRank = 32;
+
 // The JSON body of a successful inference:
 //   {"model_name": "m", "model_version": "1", "id": "...", "outputs": [{"name": "y",
 //    "datatype": "FP32", "shape": [2, 3], "data": [...]}]}

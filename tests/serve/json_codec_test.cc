@@ -5,9 +5,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <limits>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "serve/common_infer_request.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::serve {
@@ -417,6 +421,206 @@ TEST(JsonCodecTest, EncodedFloatsRoundTripExactly) {
 TEST(JsonCodecTest, EncodesErrorsAsAnErrorObject) {
   EXPECT_EQ(EncodeError("model 'x' has no input \"q\""),
             R"({"error":"model 'x' has no input \"q\""})");
+}
+
+// The one-pass decoder of the common form (common_infer_request.h) must answer exactly as the
+// general, document-building one: the same tensors where it accepts a body, and nothing (so
+// that the general one words the error) where that one refuses it.
+std::string Describe(const absl::StatusOr<InferRequest>& request) {
+  if (!request.ok()) return absl::StrCat("error: ", request.status().message());
+  std::string out = absl::StrCat("id=", request->id, " outputs=");
+  for (const std::string& name : request->requested_outputs) absl::StrAppend(&out, name, ",");
+  for (const Tensor& t : request->inputs) {
+    absl::StrAppend(&out, " [", t.name, " ", DataTypeName(t.datatype), " ", ShapeString(t.shape),
+                    " bytes=");
+    for (std::byte b : t.data) absl::StrAppend(&out, std::to_integer<int>(b), ".");
+    absl::StrAppend(&out, "]");
+  }
+  absl::StrAppend(&out, " binary_default=", request->binary_outputs.by_default,
+                  " binary_outputs=", request->binary_outputs.per_output.size());
+  return out;
+}
+
+// Whether the one-pass decoder took `body`; fails the test where it answered differently.
+bool CommonPathAgrees(const std::string& body) {
+  absl::StatusOr<InferRequest> general = DecodeInferRequestThroughDocument(body);
+  std::optional<InferRequest> common = DecodeCommonInferRequest(body);
+  if (common) {
+    EXPECT_EQ(Describe(*common), Describe(general)) << body;
+  }
+  EXPECT_EQ(Describe(DecodeInferRequest(body)), Describe(general)) << body;
+  return common.has_value();
+}
+
+TEST(JsonCodecTest, TheCommonFormIsDecodedInOnePass) {
+  const std::string bodies[] = {
+      R"({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32",
+                      "data": [0.5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1.25e-3]}]})",
+      R"({"id": "a", "inputs": [{"datatype": "INT64", "data": [[1, 2], [3, 4]], "shape": [2, 2],
+                                 "name": "tokens"}], "outputs": [{"name": "y"}, {"name": "y"}]})",
+      R"({"outputs": [], "inputs": [{"name": "b", "shape": [3], "datatype": "BOOL",
+                                     "data": [true, false, true]},
+                                    {"name": "u", "shape": [2], "datatype": "UINT8",
+                                     "data": [0, 255]}]})",
+      R"({"inputs": [{"name": "e", "shape": [2, 0], "datatype": "FP64", "data": [[], []]}]})",
+      R"({"inputs": [{"name": "caf\u00e9 \"x\"", "shape": [2, 3], "datatype": "FP32",
+                      "data": [[-0.0, -0, 1e-45], [3.4028234e38, -1.5, 7]]}]})",
+      R"({"inputs": [{"name": "i", "shape": [2], "datatype": "INT8", "data": [-128, 127]},
+                     {"name": "j", "shape": [1], "datatype": "INT16", "data": [-32768]},
+                     {"name": "k", "shape": [1], "datatype": "INT32", "data": [2147483647]},
+                     {"name": "f", "shape": [], "datatype": "FP64", "data": [1e300]}]})",
+  };
+  for (const std::string& body : bodies) {
+    EXPECT_TRUE(CommonPathAgrees(body)) << "not taken in one pass: " << body;
+  }
+}
+
+TEST(JsonCodecTest, TheOnePassDecoderLeavesEverythingElseToTheGeneralOne) {
+  const std::string bodies[] = {
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": 0.5}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1],
+                      "parameters": {}}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+          "parameters": {"binary_data_output": true}})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+          "outputs": [{"name": "y", "parameters": {"binary_data": true}}]})",
+      R"({"inputs": [{"name": "x", "name": "z", "shape": [1], "datatype": "FP32",
+                      "data": [1]}]})",
+      R"({"id": "a", "id": "b", "inputs": [{"name": "x", "shape": [1], "datatype": "FP32",
+                                            "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+          "extra": null})",
+      // Every error the general decoder words.
+      R"({"inputs": [)", "not json", "[1, 2]", "{}", R"({"inputs": []})",
+      R"({"id": 7, "inputs": [{}]})", R"({"inputs": [3]})",
+      R"({"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]})",
+      R"({"inputs": [{"name": "", "shape": [1], "datatype": "FP32", "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1.0], "datatype": "FP32", "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [9223372036854775808], "datatype": "FP32",
+                      "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [4294967296, 4294967296], "datatype": "FP32",
+                      "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP16", "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [[[1]], 2]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [[1, 2]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2], "datatype": "INT8", "data": [1, 200]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "UINT8", "data": [-1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [1.5]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64",
+                      "data": [9223372036854775808]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": ["1"]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1e39]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP64", "data": [1e999]}]})",
+      // Integers past uint64 are floats to the general decoder.
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP64",
+                      "data": [18446744073709551616]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64",
+                      "data": [18446744073709551616]}]})",
+      "\xEF\xBB\xBF" R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]})",
+      R"({"inputs": [{"name": "\ud800", "shape": [1], "datatype": "FP32", "data": [1]}]})",
+      "{\"inputs\": [{\"name\": \"\xff\", \"shape\": [1], \"datatype\": \"FP32\", \"data\": [1]}]}",
+      "   ", "",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "BOOL", "data": [1]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [true]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [null]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [{}]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]},
+                     {"name": "x", "shape": [1], "datatype": "FP32", "data": [2]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+          "outputs": ["y"]})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}],
+          "outputs": {"name": "y"}})",
+      R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]} trailing)",
+  };
+  for (const std::string& body : bodies) {
+    EXPECT_FALSE(CommonPathAgrees(body)) << "taken in one pass: " << body;
+  }
+}
+
+// Random requests, shaped by a fixed seed, each with its keys in a random order and sometimes
+// one thing wrong or unusual: the two decoders must agree on every one.
+TEST(JsonCodecTest, TheTwoDecodersAgreeOnRandomRequests) {
+  std::mt19937 rng(20261203);
+  auto chance = [&](int percent) { return static_cast<int>(rng() % 100) < percent; };
+  const DataType types[] = {DataType::kBool,  DataType::kUint8, DataType::kInt8,
+                            DataType::kInt16, DataType::kInt32, DataType::kInt64,
+                            DataType::kFp32,  DataType::kFp64};
+  auto leaf = [&]() -> std::string {
+    switch (rng() % 9) {
+      case 0: return chance(50) ? "true" : "false";
+      case 1: return std::to_string(static_cast<int64_t>(rng() % 256) - 128);
+      case 2: return std::to_string(rng() % 70000);
+      case 3: return std::to_string(-static_cast<int64_t>(rng() % 3'000'000'000ULL));
+      case 4: return "18446744073709551615";
+      case 5: return "-9223372036854775808";
+      case 6: return absl::StrCat(static_cast<double>(rng() % 1000) / 7.0);
+      case 7: return chance(50) ? "3.5e38" : "1e300";
+      default: return chance(50) ? "null" : "\"7\"";
+    }
+  };
+  int taken = 0, agreed = 0;
+  for (int round = 0; round < 3000; ++round) {
+    int n_inputs = 1 + static_cast<int>(rng() % 3);
+    std::vector<std::string> inputs;
+    for (int i = 0; i < n_inputs; ++i) {
+      DataType type = types[rng() % 8];
+      std::vector<int64_t> shape;
+      int rank = static_cast<int>(rng() % 3);
+      for (int d = 0; d < rank; ++d) shape.push_back(static_cast<int64_t>(rng() % 4));
+      int64_t count = *ElementCount(shape);
+      if (chance(5)) count += chance(50) ? 1 : -1;
+      bool nested = rank == 2 && shape[1] > 0 && chance(40);
+      std::string data = "[";
+      for (int64_t e = 0; e < std::max<int64_t>(0, count); ++e) {
+        bool row_start = nested && e % shape[1] == 0;
+        if (e > 0) data += row_start ? "],[" : ",";
+        if (e == 0 && nested) data += "[";
+        // Mostly values the datatype takes, sometimes anything.
+        if (chance(90)) {
+          switch (type) {
+            case DataType::kBool: data += chance(50) ? "true" : "false"; break;
+            case DataType::kFp32:
+            case DataType::kFp64: data += absl::StrCat(static_cast<double>(rng() % 2001) / 8 - 125);
+              break;
+            case DataType::kUint8: data += std::to_string(rng() % 256); break;
+            default: data += std::to_string(static_cast<int>(rng() % 255) - 127); break;
+          }
+        } else {
+          data += leaf();
+        }
+      }
+      if (nested && count > 0) data += "]";
+      data += "]";
+      std::vector<std::string> fields = {
+          absl::StrCat("\"name\": \"in", chance(3) ? 0 : i, "\""),
+          absl::StrCat("\"shape\": ", nlohmann::json(shape).dump()),
+          absl::StrCat("\"datatype\": \"", chance(2) ? "FP16" : DataTypeName(type), "\""),
+          absl::StrCat("\"data\": ", data)};
+      if (chance(3)) fields.erase(fields.begin() + rng() % fields.size());
+      if (chance(3)) fields.push_back("\"parameters\": {}");
+      std::shuffle(fields.begin(), fields.end(), rng);
+      std::string input = "{";
+      for (size_t f = 0; f < fields.size(); ++f) absl::StrAppend(&input, f ? ", " : "", fields[f]);
+      inputs.push_back(input + "}");
+    }
+    std::vector<std::string> top = {absl::StrCat("\"inputs\": [", absl::StrJoin(inputs, ", "), "]")};
+    if (chance(30)) top.push_back(absl::StrCat("\"id\": \"r", round, "\""));
+    if (chance(30)) top.push_back(R"("outputs": [{"name": "b"}, {"name": "a"}, {"name": "b"}])");
+    if (chance(3)) top.push_back(R"("parameters": {"binary_data_output": false})");
+    std::shuffle(top.begin(), top.end(), rng);
+    std::string body = absl::StrCat("{", absl::StrJoin(top, ", "), "}");
+    if (chance(2)) body.resize(rng() % body.size());
+    if (CommonPathAgrees(body)) ++taken;
+    if (DecodeInferRequestThroughDocument(body).ok()) ++agreed;
+    if (::testing::Test::HasFailure()) break;
+  }
+  // Both kinds of case were met: bodies taken in one pass, and bodies left to the other.
+  EXPECT_GT(taken, 300);
+  EXPECT_LT(taken, 3000);
+  EXPECT_GE(agreed, taken);
 }
 
 }  // namespace
