@@ -3,7 +3,7 @@
 loop, on the same TorchScript models, server and load generator each pinned to a core.
 
     python3 bench/serving_bench.py [--shoal PATH] [--models identity,lstm,mlp]
-        [--concurrency 1,8,32] [--duration 5] [--warmup 1] [--reps 1]
+        [--concurrency 1,8,32,64] [--duration 5] [--warmup 1] [--reps 1]
 
 For each server (the FastAPI baseline; shoal serve with batching; shoal serve without) and each
 model: closed-loop throughput and latency at each concurrency (serve_load --closed N), then an
@@ -495,14 +495,14 @@ def parse_args(argv):
                    help="the Python with torch and FastAPI (default /usr/bin/python3)")
     p.add_argument("--models", default="identity,lstm,mlp")
     p.add_argument("--servers", default="fastapi,shoal,shoal_unbatched")
-    p.add_argument("--concurrency", default="1,8,32", help="closed-loop connections")
+    p.add_argument("--concurrency", default="1,8,32,64", help="closed-loop connections")
     p.add_argument("--duration", type=float, default=5.0, help="seconds measured per run")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before each run")
     p.add_argument("--drain", type=float, default=5.0)
     p.add_argument("--open-fraction", type=float, default=0.7)
     p.add_argument("--open-connections", type=int, default=64)
     p.add_argument("--reps", type=int, default=1, help="rounds of every server (medians)")
-    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--batch-delay-us", type=int, default=0)
     p.add_argument("--baseline-workers", type=int, default=1)
     p.add_argument("--libtorch-duration", type=float, default=3.0)

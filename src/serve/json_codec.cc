@@ -1,5 +1,6 @@
 #include "serve/json_codec.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -37,8 +38,13 @@ std::string InputLabel(size_t index, const std::string& name) {
                       : absl::StrCat("inputs[", index, "] (", name, ")");
 }
 
-// A JSON string literal; invalid UTF-8 is replaced rather than thrown about.
+// A JSON string literal; invalid UTF-8 is replaced rather than thrown about. Names are
+// almost always plain printable ASCII, which needs no escaping and no document.
 std::string Quote(const std::string& text) {
+  bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+  });
+  if (plain) return absl::StrCat("\"", text, "\"");
   return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -390,6 +390,21 @@ TEST(JsonCodecTest, EncodesBinaryOutputsAfterTheJson) {
   EXPECT_EQ(plain.body, EncodeInferResponse("m", 2, "", outputs));
 }
 
+TEST(JsonCodecTest, EncodesNamesThatNeedEscapingAsJsonStrings) {
+  for (std::string name : {std::string("plain-name_1.v2"), std::string("say \"hi\""),
+                           std::string("back\\slash"), std::string("tab\there"),
+                           std::string("caf\xc3\xa9"), std::string("bad\xff")}) {
+    std::string body = EncodeInferResponse(
+        name, 3, name, {MakeTensor<float>(name, DataType::kFp32, {1}, {1.0f})});
+    nlohmann::json parsed = nlohmann::json::parse(body);
+    // Invalid UTF-8 is replaced (U+FFFD), everything else comes back as it was.
+    std::string expected = name == "bad\xff" ? "bad\xef\xbf\xbd" : name;
+    EXPECT_EQ(parsed["model_name"], expected) << body;
+    EXPECT_EQ(parsed["id"], expected) << body;
+    EXPECT_EQ(parsed["outputs"][0]["name"], expected) << body;
+  }
+}
+
 TEST(JsonCodecTest, EncodesOutputsThatPythonsJsonReadsBack) {
   std::vector<Tensor> outputs = {
       MakeTensor<float>("y", DataType::kFp32, {2, 2},
