@@ -3,13 +3,15 @@
 loop, on the same TorchScript models, server and load generator each pinned to a core.
 
     python3 bench/serving_bench.py [--shoal PATH] [--models identity,lstm,mlp]
-        [--concurrency 1,8,32,64] [--duration 5] [--warmup 1] [--reps 1]
+        [--concurrency 1,8,32,64,128] [--duration 5] [--warmup 1] [--reps 1]
 
-For each server (the FastAPI baseline; shoal serve with batching; shoal serve without) and each
-model: closed-loop throughput and latency at each concurrency (serve_load --closed N), then an
-open loop (serve_load --open) at --open-fraction (70 %) of that server's peak for that model.
-Then the bare libtorch loop (serve_libtorch_loop) at batch size 1 and at the mean batch size
-shoal ran at its peak. One JSON object on stdout (see bench/README.md); progress on stderr.
+The three servers (the FastAPI baseline; shoal serve with batching; shoal serve without) are up
+at once, all pinned to the server CPU; every measurement point runs each of them back to back, so
+that the figures compared are seconds apart. Per model: closed-loop throughput and latency at
+each concurrency (serve_load --closed N), then an open loop (serve_load --open) at
+--open-fraction (70 %) of each server's peak for that model. Then the bare libtorch loop
+(serve_libtorch_loop) at batch size 1 and at the mean batch sizes shoal ran at. One JSON object
+on stdout (see bench/README.md); progress on stderr.
 """
 
 import argparse
@@ -271,48 +273,93 @@ def model_stats(url, model):
     return None
 
 
-def measure_server(server, models, bodies, expected, serve_load, args):
-    """One server's figures for every model of this round: {model: {...}}."""
-    results = {}
+def first_answer(server, model, bodies, expected):
+    """None, or an error: one request, its outputs compared with the baseline's first answer."""
+    url = f"{server.url}/v2/models/{model}/infer"
+    status, answer = http_post(url, bodies[model].read_bytes())
+    if status != 200:
+        return None, f"infer answered {status}: {answer[:300]!r}"
+    match = None
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
+        data = json.loads(answer)["outputs"][0]["data"]
+        if model in expected:
+            match = len(data) == len(expected[model]) and all(
+                abs(a - b) <= 1e-4 + 1e-4 * abs(b) for a, b in zip(data, expected[model]))
+        else:
+            expected[model] = data
+    return match, None
+
+
+def closed_point(server, model, n, bodies, serve_load, args):
+    """One closed-loop run of `n` connections, with shoal's mean batch size."""
+    url = f"{server.url}/v2/models/{model}/infer"
+    before = model_stats(server.url, model)
+    load = run_load(serve_load, url, bodies[model], ["--closed", n], args)
+    after = model_stats(server.url, model)
+    fig = brief(load)
+    if before and after and after[1] > before[1]:
+        fig["mean_batch_size"] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
+    c.log(f"  {server.name} {model} closed {n}: " + describe(fig))
+    return fig
+
+
+def measure_round(servers, models, bodies, expected, serve_load, args, order):
+    """One round: {server: {model: {...}}}. Every server is up at once (each pinned to the
+    server CPU, idle while another is loaded); each measurement point runs every server back to
+    back, in `order`, so that the figures compared with each other are seconds apart, not minutes."""
+    results = {s.name: {} for s in servers}
+    live = {s.name: s for s in servers}
     for m in models:
-        res = {"closed": {}}
-        url = f"{server.url}/v2/models/{m}/infer"
-        status, answer = http_post(url, bodies[m].read_bytes())
-        if status != 200:
-            results[m] = {"error": f"infer answered {status}: {answer[:300]!r}"}
-            c.log(f"  {server.name} {m}: {results[m]['error']}")
-            continue
-        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            data = json.loads(answer)["outputs"][0]["data"]
-            if m in expected:
-                res["outputs_match_baseline"] = len(data) == len(expected[m]) and all(
-                    abs(a - b) <= 1e-4 + 1e-4 * abs(b) for a, b in zip(data, expected[m]))
-            else:
-                expected[m] = data
+        ready = []
+        for s in servers:
+            match, err = first_answer(s, m, bodies, expected)
+            if err:
+                results[s.name][m] = {"error": err}
+                c.log(f"  {s.name} {m}: {err}")
+                continue
+            results[s.name][m] = {"closed": {}}
+            if match is not None:
+                results[s.name][m]["outputs_match_baseline"] = match
+            ready.append(s.name)
         for n in args.concurrency:
-            before = model_stats(server.url, m)
-            load = run_load(serve_load, url, bodies[m], ["--closed", n], args)
-            after = model_stats(server.url, m)
-            fig = brief(load)
-            if before and after and after[1] > before[1]:
-                fig["mean_batch_size"] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
-            res["closed"][str(n)] = fig
-            c.log(f"  {server.name} {m} closed {n}: " + describe(fig))
-        ok = {k: v for k, v in res["closed"].items() if "error" not in v}
-        if ok:
+            for name in [o for o in order if o in ready]:
+                results[name][m]["closed"][str(n)] = closed_point(live[name], m, n, bodies,
+                                                                  serve_load, args)
+        for name in [o for o in order if o in ready]:
+            res = results[name][m]
+            ok = {k: v for k, v in res["closed"].items() if "error" not in v}
+            if not ok:
+                continue
             peak_c = max(ok, key=lambda k: ok[k]["throughput_rps"])
             res["peak_rps"] = ok[peak_c]["throughput_rps"]
             res["peak_concurrency"] = int(peak_c)
             rate = args.open_fraction * res["peak_rps"]
             if rate > 0:
-                load = run_load(serve_load, url, bodies[m],
+                load = run_load(serve_load, f"{live[name].url}/v2/models/{m}/infer", bodies[m],
                                 ["--open", round(rate, 3), "--connections", args.open_connections],
                                 args)
                 res["open"] = brief(load)
-                c.log(f"  {server.name} {m} open {rate:.0f}/s: " + describe(res["open"]))
-        res["rss_mb_after"] = server.rss_mb()
-        results[m] = res
+                c.log(f"  {name} {m} open {rate:.0f}/s: " + describe(res["open"]))
+    for s in servers:
+        for m in results[s.name]:
+            results[s.name][m]["rss_mb_after"] = s.rss_mb()
     return results
+
+
+def paired_ratios(rounds, num, den, model):
+    """Per concurrency: the median over rounds of num's throughput over den's in the same round
+    (the two ran seconds apart), or {} when a round lacks either."""
+    per_n = {}
+    for r in rounds:
+        a = (r.get(num) or {}).get(model) or {}
+        b = (r.get(den) or {}).get(model) or {}
+        if "error" in a or "error" in b:
+            continue
+        for n, fa in a.get("closed", {}).items():
+            fb = b.get("closed", {}).get(n)
+            if fb and "error" not in fa and "error" not in fb and fb["throughput_rps"] > 0:
+                per_n.setdefault(n, []).append(fa["throughput_rps"] / fb["throughput_rps"])
+    return {n: round(c.median(v), 4) for n, v in per_n.items()}
 
 
 def describe(fig):
@@ -398,7 +445,7 @@ def merge_rounds(rounds):
     return merged
 
 
-def derive(model, servers, libtorch, cores):
+def derive(model, servers, libtorch, cores, paired_batching=None):
     """Ratios and targets for one model. servers: {name: merged figures or error}."""
     base = servers.get("fastapi", {}).get(model) if "error" not in servers.get("fastapi", {}) \
         else None
@@ -459,6 +506,10 @@ def derive(model, servers, libtorch, cores):
             if "error" in fs or "error" in fu or not fu:
                 continue
             per_c[n] = c.ratio(fs["throughput_rps"], fu["throughput_rps"])
+        ratios["batched_over_unbatched_throughput_of_medians"] = per_c
+        # The target reads the paired figure: each round's two runs were seconds apart.
+        if paired_batching:
+            per_c = paired_batching
         ratios["batched_over_unbatched_throughput"] = per_c
         targets["batching_never_worse_than_unbatched"] = (
             None if not per_c or any(v is None for v in per_c.values())
@@ -495,14 +546,14 @@ def parse_args(argv):
                    help="the Python with torch and FastAPI (default /usr/bin/python3)")
     p.add_argument("--models", default="identity,lstm,mlp")
     p.add_argument("--servers", default="fastapi,shoal,shoal_unbatched")
-    p.add_argument("--concurrency", default="1,8,32,64", help="closed-loop connections")
+    p.add_argument("--concurrency", default="1,8,32,64,128", help="closed-loop connections")
     p.add_argument("--duration", type=float, default=5.0, help="seconds measured per run")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before each run")
     p.add_argument("--drain", type=float, default=5.0)
     p.add_argument("--open-fraction", type=float, default=0.7)
-    p.add_argument("--open-connections", type=int, default=64)
+    p.add_argument("--open-connections", type=int, default=128)
     p.add_argument("--reps", type=int, default=1, help="rounds of every server (medians)")
-    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--max-batch-size", type=int, default=128)
     p.add_argument("--batch-delay-us", type=int, default=0)
     p.add_argument("--baseline-workers", type=int, default=1)
     p.add_argument("--libtorch-duration", type=float, default=3.0)
@@ -579,27 +630,32 @@ def main(argv=None):
 
         rounds = []
         expected = {}  # the baseline's first answer per model, to compare the others with
-        order = list(args.servers)
-        for rep in range(args.reps):
-            this_round = {}
-            for name in order:
+        started, failed = [], {}
+        try:
+            for name in args.servers:
                 server = make(name)
                 if isinstance(server, str):
-                    this_round[name] = {"error": server}
+                    failed[name] = {"error": server}
                     continue
-                c.log(f"serving_bench: round {rep + 1}/{args.reps}: starting {name}")
-                try:
-                    err = server.start()
-                    if err:
-                        this_round[name] = {"error": f"{name} did not start: {err}"}
-                        c.log(f"  {this_round[name]['error']}")
-                        continue
-                    this_round[name] = measure_server(server, args.models, bodies, expected,
-                                                      serve_load, args)
-                finally:
+                c.log(f"serving_bench: starting {name}")
+                err = server.start()
+                if err:
+                    failed[name] = {"error": f"{name} did not start: {err}"}
+                    c.log(f"  {failed[name]['error']}")
                     server.stop()
-            rounds.append(this_round)
-            order = order[1:] + order[:1]  # the next round starts with another server
+                    continue
+                started.append(server)
+            order = [s.name for s in started]
+            for rep in range(args.reps):
+                c.log(f"serving_bench: round {rep + 1}/{args.reps}, order {', '.join(order)}")
+                this_round = dict(failed)
+                this_round.update(measure_round(started, args.models, bodies, expected,
+                                                serve_load, args, order))
+                rounds.append(this_round)
+                order = order[1:] + order[:1]  # the next round starts with another server
+        finally:
+            for server in started:
+                server.stop()
         merged = merge_rounds(rounds)
         for name in args.servers:
             if "error" in merged.get(name, {}):
@@ -626,7 +682,8 @@ def main(argv=None):
             servers = {n: f for n, f in servers.items() if f is not None}
             ratios, targets = derive(m, {n: ({"error": merged[n]["error"]} if "error" in
                                               merged.get(n, {}) else {m: servers[n]})
-                                         for n in servers}, libtorch[m], cores)
+                                         for n in servers}, libtorch[m], cores,
+                                     paired_ratios(rounds, "shoal", "shoal_unbatched", m))
             entry = result["models"][m]
             entry["servers"] = servers
             entry["libtorch_loop"] = libtorch[m]

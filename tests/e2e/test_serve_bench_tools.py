@@ -350,3 +350,26 @@ def test_baseline_metadata_and_health(baseline):
         meta = json.loads(resp.read())
     assert meta["name"] == "lstm" and meta["versions"] == ["1"]
     assert meta["inputs"] == [{"name": "tokens", "datatype": "INT64", "shape": [-1, 32]}]
+
+
+def test_batched_over_unbatched_pairs_the_runs_of_one_round():
+    """The batching target reads each round's ratio of two runs taken back to back, not the
+    ratio of medians taken minutes apart; a round where either run failed is left out."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "serving_bench", e2e.REPO_ROOT / "bench" / "serving_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def server(**rps):
+        return {"m": {"closed": {n.lstrip("c"): ({"error": "x"} if v is None else
+                                                 {"throughput_rps": v})
+                                 for n, v in rps.items()}}}
+
+    rounds = [
+        {"shoal": server(c1=90, c8=200), "shoal_unbatched": server(c1=100, c8=100)},
+        {"shoal": server(c1=120, c8=None), "shoal_unbatched": server(c1=100, c8=50)},
+        {"shoal": {"error": "did not start"}, "shoal_unbatched": server(c1=1, c8=1)},
+        {"shoal": server(c1=100, c8=300), "shoal_unbatched": server(c1=100, c8=100)},
+    ]
+    assert bench.paired_ratios(rounds, "shoal", "shoal_unbatched", "m") == {"1": 1.0, "8": 2.5}
