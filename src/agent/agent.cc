@@ -513,21 +513,26 @@ void Agent::Launch(const v1::MasterMessage& message) {
 }
 
 void Agent::HeartbeatLoop() {
-  if (options_.watchdog_limit.count() > 0) {
-    // Started here, beside the main thread's dial and registration rather than before them:
-    // on a loaded node one more process start would delay every agent of the gang.
-    auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
-    if (watchdog.ok()) {
-      watchdog_ = std::move(*watchdog);
-      watchdog_->Ping();
-    } else {
-      spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
-    }
-  }
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
     cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
     if (shutting_down_) break;
+    if (options_.watchdog_limit.count() > 0 && !watchdog_) {
+      // Started one heartbeat after the agent, not beside its registration: a process start
+      // costs ~7 ms of CPU here, which on a loaded node delayed every task of the gang (5 ms of
+      // a 50 ms launch budget on 2 cores), and a job shorter than a heartbeat never needs it.
+      // Until then a hang is the master's to see (silent agent) and the backend's to end.
+      lock.unlock();
+      auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
+      lock.lock();
+      if (watchdog.ok()) {
+        watchdog_ = std::move(*watchdog);
+      } else {
+        spdlog::warn("running without a watchdog: {}", std::string(watchdog.status().message()));
+        options_.watchdog_limit = std::chrono::milliseconds(0);
+      }
+      if (shutting_down_) break;
+    }
     if (watchdog_) watchdog_->Ping();
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();

@@ -309,7 +309,7 @@ def test_a_hung_agent_is_killed_with_its_task_by_its_watchdog(detach_job, run_sh
               and f"SLURM_JOB_NAME=shoal-{job_id}".encode() in environ
               and b"SLURM_PROCID=1" in environ]
     assert len(agents) == 1, agents
-    # Its watchdog: started beside the agent's registration, so it may still be on its way.
+    # Its watchdog: started one heartbeat after the agent, so it may still be on its way.
     e2e.wait_until(lambda: any(f"agent-watchdog {agents[0].pid} " in p.cmdline
                                for p, _, _ in e2e._all_processes()), 10, "the agent's watchdog")
     os.kill(agents[0].pid, signal.SIGSTOP)
