@@ -274,7 +274,9 @@ def model_stats(url, model):
 
 
 def first_answer(server, model, bodies, expected):
-    """None, or an error: one request, its outputs compared with the baseline's first answer."""
+    """(match, error) of one request: error is None or why it failed; match is None for the
+    first server to answer (its outputs become the ones the others are compared with), else
+    whether its outputs equal them."""
     url = f"{server.url}/v2/models/{model}/infer"
     status, answer = http_post(url, bodies[model].read_bytes())
     if status != 200:
@@ -348,7 +350,8 @@ def measure_round(servers, models, bodies, expected, serve_load, args, order):
 
 def paired_ratios(rounds, num, den, model):
     """Per concurrency: the median over rounds of num's throughput over den's in the same round
-    (the two ran seconds apart), or {} when a round lacks either."""
+    (the two ran seconds apart). A round where either server or either run failed is left out;
+    {} when no round has both."""
     per_n = {}
     for r in rounds:
         a = (r.get(num) or {}).get(model) or {}
