@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
-  libgtest-dev libgmock-dev libcpp-httplib-dev libssl-dev libboost-dev libsimdjson-dev
+  libgtest-dev libgmock-dev libssl-dev libboost-dev libsimdjson-dev
   python3-dev python3-distutils python3-setuptools python3-wheel python3-psutil python3-yaml
   python3-packaging libtorch-dev libgloo-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv

@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
+#include "common/http_client.h"
 #include "common/local_address.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -23,34 +23,23 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
+using common::HttpReply;
 
 // One HTTP request to `base` (http://host:port). Unavailable when nothing answered. Only from
 // threads that may block: never the master's loop.
 absl::StatusOr<HttpReply> Http(const std::string& base, const std::string& method,
                                const std::string& path, const std::string& body = "",
                                const std::string& bearer = "", Ms timeout = Ms(10000)) {
-  httplib::Client client(base);
-  auto secs = static_cast<time_t>(timeout.count() / 1000);
-  auto usecs = static_cast<time_t>((timeout.count() % 1000) * 1000);
-  client.set_connection_timeout(5, 0);
-  client.set_read_timeout(secs, usecs);
-  client.set_write_timeout(secs, usecs);
-  httplib::Headers headers = {{"Accept", "application/json"}};
-  if (!bearer.empty()) headers.emplace("Authorization", "Bearer " + bearer);
-  httplib::Result result = method == "GET"    ? client.Get(path.c_str(), headers)
-                           : method == "POST" ? client.Post(path.c_str(), headers, body,
-                                                            "application/json")
-                                              : client.Put(path.c_str(), headers, body,
-                                                           "application/json");
-  if (!result) {
-    return absl::UnavailableError(absl::StrCat(method, " ", base, path, ": ",
-                                               httplib::to_string(result.error())));
-  }
-  return HttpReply{result->status, result->body};
+  common::HttpRequest request;
+  request.method = method;
+  request.base = base;
+  request.target = path;
+  request.body = body;
+  request.headers = {{"Accept", "application/json"}};
+  if (!bearer.empty()) request.headers.emplace_back("Authorization", "Bearer " + bearer);
+  request.connect_timeout = Ms(5000);
+  request.timeout = timeout;
+  return common::SendHttp(request);
 }
 
 absl::StatusOr<nlohmann::json> HttpJson(const std::string& base, const std::string& method,

@@ -1,0 +1,116 @@
+#include "common/http_client.h"
+
+#include <optional>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace shoal::common {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+// Replies here are REST documents (YARN's application reports are the largest).
+constexpr uint64_t kMaxReplyBytes = 64ull << 20;
+
+std::string Describe(beast::error_code ec) {
+  if (ec == beast::error::timeout) return "timed out";
+  return ec.message();
+}
+
+}  // namespace
+
+absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
+  absl::string_view rest = request.base;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
+  }
+  while (absl::ConsumeSuffix(&rest, "/")) {
+  }
+  size_t colon = rest.rfind(':');
+  uint32_t port = 0;
+  if (colon == std::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(absl::string_view(rest.substr(colon + 1)), &port) || port == 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
+  }
+  std::string host(rest.substr(0, colon));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  http::verb verb = http::string_to_verb(request.method);
+  if (verb == http::verb::unknown) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown HTTP method ", request.method));
+  }
+  std::string what = absl::StrCat(request.method, " ", request.base, request.target);
+
+  asio::io_context io{1};
+  beast::error_code ec;
+  tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": cannot resolve ", host, ": ", ec.message()));
+  }
+
+  http::request<http::string_body> message{verb, request.target, 11};
+  message.set(http::field::host, std::string(rest));
+  message.set(http::field::connection, "close");
+  for (const auto& [name, value] : request.headers) message.set(name, value);
+  if (verb != http::verb::get) {
+    message.set(http::field::content_type, request.content_type);
+    message.body() = request.body;
+    message.prepare_payload();
+  }
+
+  beast::tcp_stream stream(io);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kMaxReplyBytes);
+  beast::error_code failure;
+  std::string stage = "connect";
+  stream.expires_after(request.connect_timeout);
+  stream.async_connect(endpoints, [&](beast::error_code connect_ec, const tcp::endpoint&) {
+    if (connect_ec) {
+      failure = connect_ec;
+      return;
+    }
+    stage = "send";
+    stream.expires_after(request.timeout);
+    http::async_write(stream, message, [&](beast::error_code write_ec, size_t) {
+      if (write_ec) {
+        failure = write_ec;
+        return;
+      }
+      stage = "read the reply";
+      http::async_read(stream, buffer, parser, [&](beast::error_code read_ec, size_t) {
+        failure = read_ec;
+      });
+    });
+  });
+  io.run();
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  if (failure) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", stage, ": ", Describe(failure)));
+  }
+  HttpReply reply;
+  reply.status = static_cast<int>(parser.get().result_int());
+  reply.body = std::move(parser.get().body());
+  return reply;
+}
+
+}  // namespace shoal::common
