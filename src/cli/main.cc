@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -17,6 +18,7 @@
 #include "agent/agent_watchdog.h"
 #include "mpi/mpi_commands.h"
 #include "serve/serve_command.h"
+#include "spdlog/spdlog.h"
 
 namespace {
 
@@ -26,9 +28,26 @@ std::string SelfPath(const char* argv0) {
   return ec ? std::string(argv0) : p.string();
 }
 
+int RunShoal(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  int code = RunShoal(argc, argv);
+  // Every command has finished its work and released what it owns by the time it returns; what
+  // exit() would still run is the libraries' global teardown, gRPC's among it, which sleeps 1 ms
+  // and then 2 ms for its threads. `shoal run` and both daemons would add that to the end of
+  // every job, so the process leaves at once, output flushed.
+  std::cout.flush();
+  std::cerr.flush();
+  spdlog::shutdown();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
+namespace {
+
+int RunShoal(int argc, char** argv) {
   using shoal::client::kExitUsage;
   // framework: mpi's task commands take Open MPI's arguments verbatim (orted's -mca ... for
   // mpi-rsh, the MPI program after -- for mpi-launcher), so they bypass flag parsing.
@@ -253,3 +272,5 @@ int main(int argc, char** argv) {
   }
   return kExitUsage;
 }
+
+}  // namespace
