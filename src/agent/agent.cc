@@ -248,7 +248,9 @@ Agent::Agent(AgentOptions options)
     : options_(std::move(options)),
       link_(std::make_unique<MasterLink>(options_.master_address, options_.token)) {}
 
-Agent::~Agent() {
+Agent::~Agent() { Shutdown(); }
+
+void Agent::Shutdown() {
   shutting_down_ = true;
   cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();

@@ -67,6 +67,10 @@ class Agent {
   // Thread-safe; used by the SIGTERM handler thread.
   // `why` non-empty: told to the master first (the stop came from outside Shoal).
   void RequestStop(const std::string& why = "");
+  // Joins the agent's threads and removes what it made on the machine (task cgroups, the SDK
+  // socket), leaving only the connection object. The destructor calls it; a daemon about to
+  // _exit calls it and need not destroy the agent (see KeepUntilExit). Idempotent.
+  void Shutdown();
 
  private:
   explicit Agent(AgentOptions options);

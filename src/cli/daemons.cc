@@ -21,6 +21,7 @@
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/yarn_backend.h"
 #include "common/files.h"
+#include "common/process.h"
 #include "master/master.h"
 #include "master/tensorboard_sidecar.h"
 #include "nlohmann/json.hpp"
@@ -273,6 +274,8 @@ int RunAgentDaemon(const AgentFlags& flags) {
     (*agent)->RequestStop(absl::StrCat("the agent received SIG", sigabbrev_np(sig)));
   });
   int code = (*agent)->Run();
+  (*agent)->Shutdown();
+  KeepUntilExit(std::shared_ptr<agent::Agent>(std::move(*agent)));
   if (!flags.slurm_place.empty()) {
     // A Slurm node's scratch, one directory per job under /tmp/shoal-agents: the task output
     // reached the master, and nothing else there outlives the agent's step. The job's

@@ -502,6 +502,7 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
   done = true;
   ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
+  KeepUntilExit(std::move(client));  // `shoal run` ends the moment the outcome is printed
   console.Done();
 
   std::string state = last_status.value("state", "");
