@@ -64,8 +64,11 @@ class SignalWatcher {
 
 }  // namespace
 
-int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover) {
+int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover,
+                    int ready_fd) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l master: %v");
+  // Not for the agents or sidecars it starts: the client must see it close when this exits.
+  if (ready_fd >= 0) ::fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
   auto submit_text = ReadFile(job_dir + "/submit.json");
   auto spec_text = ReadFile(job_dir + "/spec.yaml");
   auto token = ReadFile(job_dir + "/token");
@@ -176,6 +179,20 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     return 1;
   }
   spdlog::info("job {} listening on {}", submit.value("job_id", ""), (*master)->address());
+  if (ready_fd >= 0) {
+    // A client that is gone does not matter: its SIGPIPE (sent to this thread) is blocked and
+    // dropped rather than ending the job.
+    sigset_t pipe_signal, old_mask;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
+    ssize_t ignored = ::write(ready_fd, "1", 1);
+    (void)ignored;
+    timespec now{0, 0};
+    ::sigtimedwait(&pipe_signal, nullptr, &now);
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::close(ready_fd);
+  }
   std::unique_ptr<master::TensorBoardSidecar> tensorboard;
   if (spec->tensorboard.configured) {
     // Beside the job, never part of it: a TensorBoard that cannot start is reported, and the

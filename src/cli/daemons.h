@@ -7,7 +7,10 @@
 namespace shoal::cli {
 
 // `shoal master --job-dir DIR`: the per-job master, started by `shoal run`.
-int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover);
+// `ready_fd` >= 0: a pipe to write one byte to once the master listens (its address is in
+// master.json); `shoal run` waits on it.
+int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary, bool recover,
+                    int ready_fd = -1);
 
 struct AgentFlags {
   std::string master;

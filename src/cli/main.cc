@@ -170,6 +170,9 @@ int RunShoal(int argc, char** argv) {
   bool master_recover = false;
   auto* master_cmd = app.add_subcommand("master", "Internal: the per-job master (started by run)");
   master_cmd->add_option("--job-dir", master_job_dir, "The job directory")->required();
+  int master_ready_fd = -1;
+  master_cmd->add_option("--ready-fd", master_ready_fd,
+                         "Internal: a pipe to write one byte to once the master listens");
   master_cmd->add_flag("--recover", master_recover,
                        "Take over a job whose master died, from its events journal");
 
@@ -258,7 +261,8 @@ int RunShoal(int argc, char** argv) {
   if (tensorboard_cmd->parsed()) return shoal::client::ServeTensorBoard(root, job);
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
-  if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover);
+  if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover,
+                                                           master_ready_fd);
   if (mpi_launcher_cmd->parsed() || mpi_worker_cmd->parsed()) {
     std::cerr << "shoal: usage: shoal mpi-launcher -- PROGRAM [ARGS...] | shoal mpi-worker; "
                  "both only run as the tasks of a framework: mpi job (docs/frameworks.md)\n";

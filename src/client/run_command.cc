@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@
 #include "client/status_render.h"
 #include "common/files.h"
 #include "common/process.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "spec/inventory.h"
 #include "spec/spec_parser.h"
@@ -122,10 +124,13 @@ absl::Status CheckComponentsFitPartition(const spec::JobSpec& job, const std::st
       "component"));
 }
 
+// Starts `shoal master` in a session of its own. `ready_fd` (the write end of a pipe) becomes
+// the master's fd 3: it writes one byte there once it listens, and a master that exits before
+// that closes it unwritten.
 absl::Status StartMaster(const std::string& shoal_binary, const std::string& job_dir, bool recover,
-                         pid_t* pid) {
+                         int ready_fd, pid_t* pid) {
   std::string log = job_dir + "/master.log";
-  std::vector<std::string> args = {shoal_binary, "master", "--job-dir", job_dir};
+  std::vector<std::string> args = {shoal_binary, "master", "--job-dir", job_dir, "--ready-fd", "3"};
   if (recover) args.push_back("--recover");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -136,6 +141,7 @@ absl::Status StartMaster(const std::string& shoal_binary, const std::string& job
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
                                    O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, ready_fd, 3);  // ready_fd > 3: dup2 clears CLOEXEC
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // A session of its own: the master outlives this client and never gets the terminal's
@@ -157,21 +163,52 @@ std::string TailOf(const std::string& path, size_t max_bytes) {
   return text->size() > max_bytes ? text->substr(text->size() - max_bytes) : *text;
 }
 
-// Waits for the master to publish its address; fails if it exits first.
-absl::Status WaitForMaster(const std::string& job_dir, pid_t pid, Ms timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (std::filesystem::exists(job_dir + "/master.json")) return absl::OkStatus();
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      return absl::InternalError(absl::StrCat("the master exited before it was ready:\n",
-                                              TailOf(job_dir + "/master.log", 2000)));
+// Starts the master and waits until it listens (its address is in master.json by then); fails
+// if it exits first. Woken by the master itself through a pipe, not by polling the directory.
+absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
+                                         const std::string& job_dir, bool recover, Ms timeout) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", errno);
+  int writer = fds[1];
+  if (writer <= 3) {  // dup2 onto fd 3 must not be a no-op that keeps CLOEXEC
+    writer = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 4);
+    ::close(fds[1]);
+    if (writer < 0) {
+      ::close(fds[0]);
+      return ErrnoStatus("dup", errno);
     }
-    std::this_thread::sleep_for(Ms(1));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("the master did not start within ", timeout.count() / 1000, "s; see ",
-                   job_dir, "/master.log"));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } ready{fds[0]};
+  pid_t pid = -1;
+  absl::Status started = StartMaster(shoal_binary, job_dir, recover, writer, &pid);
+  ::close(writer);  // from now on only the master holds it
+  SHOAL_RETURN_IF_ERROR(started);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto left = std::chrono::duration_cast<Ms>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the master did not start within ", timeout.count() / 1000, "s; see ",
+                       job_dir, "/master.log"));
+    }
+    pollfd p{ready.fd, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return ErrnoStatus("wait for the master", errno);
+    if (rc == 0) continue;  // the deadline check above reports it
+    char byte;
+    ssize_t n = ::read(ready.fd, &byte, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 1) return pid;
+    // Closed unwritten: the master exited before it listened. Reap it if it is gone already.
+    int status = 0;
+    ::waitpid(pid, &status, WNOHANG);
+    return absl::InternalError(absl::StrCat("the master exited before it was ready:\n",
+                                            TailOf(job_dir + "/master.log", 2000)));
+  }
 }
 
 }  // namespace
@@ -357,11 +394,9 @@ int RunJob(const RunOptions& options) {
   sigaddset(&signals, SIGUSR1);  // only used to wake the signal thread when following ends
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  pid_t master_pid = -1;
-  st = StartMaster(options.shoal_binary, job_dir, /*recover=*/false, &master_pid);
-  if (st.ok()) st = WaitForMaster(job_dir, master_pid, Ms(15000));
-  if (!st.ok()) {
-    std::cerr << "shoal: " << st.message() << "\n";
+  auto master_pid = StartMasterAndWait(options.shoal_binary, job_dir, /*recover=*/false, Ms(15000));
+  if (!master_pid.ok()) {
+    std::cerr << "shoal: " << master_pid.status().message() << "\n";
     return kExitJobFailed;
   }
   if (options.detach) {
@@ -384,14 +419,11 @@ pid_t MasterPid(const std::string& job_dir) {
 // Starts a master that takes the job over from its journal. Returns its pid.
 absl::StatusOr<pid_t> StartRecoveringMaster(const std::string& shoal_binary,
                                             const std::string& job_dir) {
-  // The new master publishes master.json when it listens; the stale one must not look ready.
+  // The new master publishes master.json when it listens; the stale one must not stay behind
+  // for the clients that read it meanwhile.
   std::error_code ec;
   std::filesystem::remove(job_dir + "/master.json", ec);
-  pid_t pid = -1;
-  auto st = StartMaster(shoal_binary, job_dir, /*recover=*/true, &pid);
-  if (st.ok()) st = WaitForMaster(job_dir, pid, Ms(15000));
-  if (!st.ok()) return st;
-  return pid;
+  return StartMasterAndWait(shoal_binary, job_dir, /*recover=*/true, Ms(15000));
 }
 
 }  // namespace

@@ -81,3 +81,23 @@ def test_relative_job_file_path(write_job, run_shoal, jobs_dir, tmp_path):
     assert f"worker:0 | {sub}" in r.stdout.splitlines()
     (job_dir,) = e2e.job_dirs(jobs_dir)
     assert job_dir.name.startswith("relpath-")
+
+
+def test_a_master_that_cannot_start_is_reported_at_once(write_job, run_shoal, jobs_dir):
+    # 192.0.2.1 (TEST-NET-1) is never an address of this machine: the master cannot listen
+    # there and exits. `shoal run` learns it from the master's readiness pipe closing unwritten
+    # and says why, from the master's log.
+    job = write_job("""
+        name: nolisten
+        roles:
+          worker:
+            command: ["/bin/true"]
+            resources: {cpus: 0.1}
+        """)
+    r = run_shoal("run", "--listen", "192.0.2.1", job)
+    assert r.returncode == 1, r.stderr
+    assert "the master exited before it was ready" in r.stderr, r.stderr
+    assert "192.0.2.1" in r.stderr, r.stderr
+    (job_dir,) = list(jobs_dir.glob("nolisten-*"))
+    assert not (job_dir / "master.json").exists()
+    assert "cannot start the master" in (job_dir / "master.log").read_text()
