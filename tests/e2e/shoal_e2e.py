@@ -11,6 +11,11 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(os.environ.get("SHOAL_SOURCE_DIR") or Path(__file__).resolve().parents[2])
+# The YARN test cluster (tests/yarn/cluster.sh): its state directory and control script.
+YARN_DIR = Path(os.environ.get("SHOAL_YARN_DIR", "/tmp/shoal-yarn"))
+YARN_CLUSTER_SH = REPO_ROOT / "tests" / "yarn" / "cluster.sh"
+YARN_CLUSTER_KEYS = ("SHOAL_YARN_RM", "SHOAL_YARN_RM_WEB", "SHOAL_HDFS", "SHOAL_WEBHDFS",
+                     "HADOOP_CONF_DIR", "SHOAL_YARN_NODEMANAGERS")
 SHOAL_BIN = os.environ.get("SHOAL_BIN") or str(REPO_ROOT / "build" / "src" / "cli" / "shoal")
 PYTHON = "/usr/bin/python3"  # Debian's, the one with torch and scikit-learn
 
@@ -243,3 +248,20 @@ def event_seconds(event):
     if "ts_us" in event:
         return event["ts_us"] / 1e6
     return event["ts"] / 1e3
+
+
+def yarn_cluster_env():
+    """The running YARN test cluster's env file (KEY=value lines) as a dict. Fails the test,
+    saying how to start the cluster, when it is not up, lacks a key, or is not healthy."""
+    import subprocess
+    env_file = YARN_DIR / "env"
+    assert env_file.is_file(), (
+        f"no {env_file}: the YARN test cluster is not up. Run these tests through ctest (its "
+        f"yarn_cluster fixture starts the cluster), or start it first: {YARN_CLUSTER_SH} up")
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
+    for key in YARN_CLUSTER_KEYS:
+        assert env.get(key), f"{env_file} lacks {key}:\n{env_file.read_text()}"
+    r = subprocess.run(["bash", str(YARN_CLUSTER_SH), "status"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "SHOAL_YARN_DIR": str(YARN_DIR)})
+    assert r.returncode == 0, f"cluster.sh status: {r.stdout}{r.stderr}"
+    return env

@@ -10,28 +10,18 @@ import os
 import re
 import subprocess
 import urllib.parse
-from pathlib import Path
 
 import pytest
 
 import shoal_e2e as e2e
 
-YARN_DIR = Path(os.environ.get("SHOAL_YARN_DIR", "/tmp/shoal-yarn"))
-CLUSTER_SH = e2e.REPO_ROOT / "tests" / "yarn" / "cluster.sh"
 AM_JAR = e2e.REPO_ROOT / "src" / "backends" / "yarn" / "am" / "target" / "shoal-yarn-am.jar"
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    env_file = YARN_DIR / "env"
-    assert env_file.is_file(), (
-        f"no {env_file}: the YARN test cluster is not up. Run these tests through ctest (its "
-        f"yarn_cluster fixture starts it), or start it first: {CLUSTER_SH} up")
+    env = e2e.yarn_cluster_env()
     assert AM_JAR.is_file(), f"no {AM_JAR}: build it with src/backends/yarn/am/build.sh"
-    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
-    r = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "SHOAL_YARN_DIR": str(YARN_DIR)})
-    assert r.returncode == 0, f"cluster.sh status: {r.stdout}{r.stderr}"
     return env
 
 

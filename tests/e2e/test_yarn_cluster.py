@@ -17,28 +17,17 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(os.environ.get("SHOAL_SOURCE_DIR", Path(__file__).resolve().parents[2]))
-CLUSTER_SH = REPO_ROOT / "tests" / "yarn" / "cluster.sh"
-DSHELL_SH = REPO_ROOT / "tests" / "yarn" / "dshell.sh"
-YARN_DIR = Path(os.environ.get("SHOAL_YARN_DIR", "/tmp/shoal-yarn"))
+import shoal_e2e as e2e
+
+DSHELL_SH = e2e.REPO_ROOT / "tests" / "yarn" / "dshell.sh"
+YARN_DIR = e2e.YARN_DIR
 HTTP_TIMEOUT_S = 30
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """The KEY=value lines of the cluster's env file, as a dict."""
-    env_file = YARN_DIR / "env"
-    assert env_file.is_file(), (
-        f"no {env_file}: the YARN test cluster is not up. Run these tests through ctest (its "
-        f"yarn_cluster fixture starts the cluster), or start it first: {CLUSTER_SH} up")
-    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)
-    for key in ("SHOAL_YARN_RM", "SHOAL_YARN_RM_WEB", "SHOAL_HDFS", "SHOAL_WEBHDFS",
-                "HADOOP_CONF_DIR", "SHOAL_YARN_NODEMANAGERS"):
-        assert env.get(key), f"{env_file} lacks {key}:\n{env_file.read_text()}"
-    r = subprocess.run(["bash", str(CLUSTER_SH), "status"], capture_output=True, text=True,
-                       timeout=60, env={**os.environ, "SHOAL_YARN_DIR": str(YARN_DIR)})
-    assert r.returncode == 0, f"cluster.sh status: {r.stdout}{r.stderr}"
-    return env
+    return e2e.yarn_cluster_env()
 
 
 def request(method, url, body=None, headers=None):
