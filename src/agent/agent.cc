@@ -380,8 +380,9 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       }
       break;
     case v1::MasterMessage::kCluster:
-      // Written before any launch of this rendezvous arrives: the stream keeps order.
-      if (auto st = WriteFileAtomically(options_.work_dir + "/cluster.json", message.cluster().json());
+      // Written before any launch of this rendezvous arrives: the stream keeps order. Only this
+      // rendezvous's live tasks read it, and a machine crash takes them along: no fsync.
+      if (auto st = ReplaceFile(options_.work_dir + "/cluster.json", message.cluster().json());
           !st.ok()) {
         spdlog::error("cannot write the cluster spec: {}", st.ToString());
       }

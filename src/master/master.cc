@@ -130,7 +130,9 @@ absl::Status Master::Start() {
   address_ = absl::StrCat(options_.listen_host == "0.0.0.0" ? "127.0.0.1" : options_.listen_host,
                           ":", bound_port);
   nlohmann::json info = {{"address", address_}, {"pid", ::getpid()}};
-  if (auto st = WriteFileAtomically(options_.job_dir + "/master.json", info.dump()); !st.ok()) {
+  // Where the live master is: nothing a machine crash could lose matters (it takes the master
+  // with it, and a recovering master writes its own), so no fsync on the way to the first task.
+  if (auto st = ReplaceFile(options_.job_dir + "/master.json", info.dump()); !st.ok()) {
     return st;
   }
   if (options_.spec.framework == spec::Framework::kHorovod) {

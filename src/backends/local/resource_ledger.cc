@@ -73,8 +73,9 @@ absl::StatusOr<Reservation> ResourceLedger::ReserveIf(
   if (!lock.ok()) return ErrnoStatus(absl::StrCat("lock ", dir_, "/lock"), errno);
   auto decision = decide(ReadLive());
   if (!decision.ok()) return decision;
-  if (auto st = WriteFileAtomically(absl::StrCat(dir_, "/", decision->job_id, ".json"),
-                                    ToJson(*decision).dump());
+  // Like Put: a hold lives only as long as its processes, so no fsync.
+  if (auto st = ReplaceFile(absl::StrCat(dir_, "/", decision->job_id, ".json"),
+                            ToJson(*decision).dump());
       !st.ok()) {
     return st;
   }
