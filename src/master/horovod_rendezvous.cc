@@ -14,6 +14,7 @@
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/percent_decoding.h"
 
 namespace shoal::master {
 namespace {
@@ -28,31 +29,6 @@ using tcp = asio::ip::tcp;
 constexpr std::chrono::seconds kRequestTimeout{30};
 // Values are gloo addresses (tens of bytes); a megabyte leaves room for anything Horovod stores.
 constexpr uint64_t kMaxBodyBytes = 1 << 20;
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// "%41" -> "A"; a '%' not followed by two hex digits stays as it is.
-std::string PercentDecoded(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size()) {
-      int hi = HexValue(text[i + 1]), lo = HexValue(text[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        out += static_cast<char>(hi * 16 + lo);
-        i += 2;
-        continue;
-      }
-    }
-    out += text[i];
-  }
-  return out;
-}
 
 struct ScopeKey {
   std::string scope, key;
@@ -69,7 +45,7 @@ std::optional<ScopeKey> ParseTarget(std::string_view target) {
   }
   std::string_view key = target.substr(slash + 1);
   if (key.find('/') != std::string_view::npos) return std::nullopt;
-  return ScopeKey{PercentDecoded(target.substr(0, slash)), PercentDecoded(key)};
+  return ScopeKey{common::PercentDecoded(target.substr(0, slash)), common::PercentDecoded(key)};
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/percent_decoding.h"
 #include "serve/bearer_token.h"
 #include "serve/inference_http_routes.h"
 #include "serve/json_codec.h"
@@ -54,28 +55,6 @@ constexpr uint32_t kMaxHeaderBytes = 64 * 1024;
 
 // Boost 1.74's string_view is not std's.
 std::string_view Std(beast::string_view view) { return {view.data(), view.size()}; }
-
-// "%41" -> "A"; a '%' not followed by two hex digits stays as it is.
-std::string PercentDecoded(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) >= 0 &&
-        hex(text[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hex(text[i + 1]) * 16 + hex(text[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(text[i]);
-    }
-  }
-  return out;
-}
 
 // What every connection shares.
 struct ServerState {
@@ -192,7 +171,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     HttpRequest request;
     request.method = std::string(Std(message.method_string()));
     std::string_view target = Std(message.target());
-    request.path = PercentDecoded(target.substr(0, target.find('?')));
+    request.path = common::PercentDecoded(target.substr(0, target.find('?')));
     request.body = std::move(message.body());
     if (auto it = message.find(kInferenceHeaderContentLength); it != message.end()) {
       request.inference_header_content_length = std::string(Std(it->value()));
