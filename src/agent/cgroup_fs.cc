@@ -93,6 +93,10 @@ std::vector<std::string> Subtree(const std::string& dir) {
 }
 
 absl::Status RemoveTree(const std::string& path) {
+  // Nearly always a task's cgroup has no children: one rmdir, without listing the dozens of
+  // control files of a cgroup directory (once per task exit, on the supervisor's I/O thread).
+  if (::rmdir(path.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
+  if (errno != EBUSY && errno != ENOTEMPTY) return ErrnoStatus(absl::StrCat("rmdir ", path), errno);
   std::vector<std::string> dirs = Subtree(path);
   // Deeper paths sort after their parents; remove in reverse so children go first.
   std::sort(dirs.begin(), dirs.end());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,6 +120,34 @@ TEST(ResourceLimitsTest, KillAndRemoveWaitsForMembersToDie) {
       (*task)->KillAndRemove(std::chrono::steady_clock::now() + std::chrono::seconds(10)).ok());
   int status;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+}
+
+TEST(ResourceLimitsTest, KillAndRemoveTakesCgroupsATaskMadeBelowItsOwn) {
+  auto limits = ResourceLimits::Detect(TestOptions());
+  ASSERT_TRUE(limits->tracks_processes()) << limits->Describe();
+  auto task = limits->CreateTask("nests", 0);
+  ASSERT_TRUE(task.ok() && *task != nullptr);
+  std::vector<std::string> nested;
+  for (const TaskCgroup::Dir& dir : (*task)->dirs()) {
+    if (!dir.tracking) continue;
+    // What a task running its own container runtime or systemd-run --scope would leave.
+    nested.push_back(dir.path + "/inner");
+    nested.push_back(dir.path + "/inner/deeper");
+  }
+  ASSERT_FALSE(nested.empty());
+  for (const std::string& path : nested) ASSERT_EQ(::mkdir(path.c_str(), 0755), 0) << path;
+  pid_t pid = SpawnSleep();
+  {
+    std::ofstream procs(nested.back() + "/cgroup.procs");
+    procs << pid;
+  }
+  EXPECT_THAT((*task)->Procs(), ::testing::ElementsAre(pid));
+  EXPECT_TRUE(
+      (*task)->KillAndRemove(std::chrono::steady_clock::now() + std::chrono::seconds(10)).ok());
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  for (const TaskCgroup::Dir& dir : (*task)->dirs()) EXPECT_FALSE(std::filesystem::exists(dir.path));
 }
 
 TEST(ResourceLimitsTest, DestructorRemovesTheInstanceDirectories) {
