@@ -25,7 +25,9 @@ namespace {
 
 constexpr char kDefaultPath[] = "/usr/local/bin:/usr/bin:/bin";
 
-// Where the child failed; sent to the parent with errno through the close-on-exec pipe.
+// Where the child failed, with errno. The child shares the agent's memory and the agent's
+// thread sleeps until it has exec'd or exited (CLONE_VM | CLONE_VFORK), so the child writes
+// this straight into the parent's record, as glibc's posix_spawn does: no pipe per launch.
 enum ChildStage : int32_t { kRedirect = 1, kChdir = 2, kAffinity = 3, kExec = 4, kCgroup = 5 };
 struct ChildError {
   int32_t stage;
@@ -33,34 +35,6 @@ struct ChildError {
 };
 
 bool HasNul(const std::string& s) { return s.find('\0') != std::string::npos; }
-
-// Returns `fd` itself when it is above the standard streams, else a close-on-exec duplicate
-// that is (so that the child's dup2 onto 0-2 can never clobber one of its own sources).
-absl::StatusOr<UniqueFd> AboveStdio(UniqueFd fd) {
-  if (fd.get() > 2) return fd;
-  int dup = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
-  if (dup < 0) return ErrnoStatus("dup", errno);
-  return UniqueFd(dup);
-}
-
-// A close-on-exec pipe, or (for `socket`) a socket pair: a send() on it with MSG_NOSIGNAL
-// cannot raise SIGPIPE in the agent when the child has died.
-absl::StatusOr<std::pair<UniqueFd, UniqueFd>> CloexecChannel(bool socket) {
-  int fds[2];
-  if (socket) {
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
-      return ErrnoStatus("socketpair", errno);
-    }
-  } else if (::pipe2(fds, O_CLOEXEC) != 0) {
-    return ErrnoStatus("pipe2", errno);
-  }
-  UniqueFd r(fds[0]), w(fds[1]);
-  auto r2 = AboveStdio(std::move(r));
-  if (!r2.ok()) return r2.status();
-  auto w2 = AboveStdio(std::move(w));
-  if (!w2.ok()) return w2.status();
-  return std::make_pair(std::move(*r2), std::move(*w2));
-}
 
 void WaitForChild(pid_t pid) {
   int status;
@@ -74,7 +48,7 @@ struct ChildArgs {
   bool die_with_parent;
   int stdio[3];
   const char* const* cgroup_procs;  // cgroup.procs files to join, nullptr-terminated
-  int error_fd;
+  ChildError* error;                // the parent's; stage 0 until the child fails
   int max_fd;
   char* const* argv;
   char* const* envp;
@@ -83,10 +57,9 @@ struct ChildArgs {
   const cpu_set_t* cpus;    // nullptr: no pinning
 };
 
-[[noreturn]] void ChildFail(int error_fd, int32_t stage, int err) {
-  ChildError e{stage, err};
-  ssize_t ignored = ::write(error_fd, &e, sizeof e);
-  (void)ignored;
+[[noreturn]] void ChildFail(ChildError* error, int32_t stage, int err) {
+  *static_cast<volatile int32_t*>(&error->err) = err;
+  *static_cast<volatile int32_t*>(&error->stage) = stage;
   ::_exit(127);
 }
 
@@ -114,21 +87,21 @@ struct ChildArgs {
   // parent is needed (and the parent can stay suspended, as in vfork).
   for (const char* const* procs = a.cgroup_procs; *procs != nullptr; ++procs) {
     int fd = ::open(*procs, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) ChildFail(a.error_fd, kCgroup, errno);
+    if (fd < 0) ChildFail(a.error, kCgroup, errno);
     ssize_t w = ::write(fd, "0", 1);
     int err = errno;
     ::close(fd);
-    if (w != 1) ChildFail(a.error_fd, kCgroup, err);
+    if (w != 1) ChildFail(a.error, kCgroup, err);
   }
 
   for (int i = 0; i < 3; ++i) {
-    if (::dup2(a.stdio[i], i) < 0) ChildFail(a.error_fd, kRedirect, errno);
+    if (::dup2(a.stdio[i], i) < 0) ChildFail(a.error, kRedirect, errno);
   }
   if (a.working_dir != nullptr && ::chdir(a.working_dir) != 0) {
-    ChildFail(a.error_fd, kChdir, errno);
+    ChildFail(a.error, kChdir, errno);
   }
   if (a.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), a.cpus) != 0) {
-    ChildFail(a.error_fd, kAffinity, errno);
+    ChildFail(a.error, kAffinity, errno);
   }
   // Nothing but 0-2 may survive exec: fds of the agent, of other children, and our error pipe.
   if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
@@ -148,7 +121,7 @@ struct ChildArgs {
     }
   }
   if (saw_eacces && (err == ENOENT || err == ENOTDIR)) err = EACCES;
-  ChildFail(a.error_fd, kExec, err);
+  ChildFail(a.error, kExec, err);
 }
 
 }  // namespace
@@ -326,16 +299,13 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
       stdio[i] = dup;
     }
   }
-  auto error_pipe = CloexecChannel(/*socket=*/false);
-  if (!error_pipe.ok()) return error_pipe.status();
-  auto& [error_r, error_w] = *error_pipe;
-
+  ChildError error{};
   ChildArgs args{};
   args.parent = ::getpid();
   args.die_with_parent = die_with_parent_;
   for (int i = 0; i < 3; ++i) args.stdio[i] = stdio[i];
   args.cgroup_procs = procs.data();
-  args.error_fd = error_w.get();
+  args.error = &error;
   long open_max = ::sysconf(_SC_OPEN_MAX);
   args.max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 16);
   args.argv = argv.data();
@@ -387,29 +357,16 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   if (pid < 0) {
     return ErrnoStatus(absl::StrCat("cannot start '", command(), "': clone"), clone_errno);
   }
-  error_w.Reset();
   Child child;
   child.pid = pid;
   child.pidfd.Reset(pidfd);
   ::setpgid(pid, pid);  // fails harmlessly once the child has exec'd; it did it itself
 
-  // EOF: the error pipe was closed by a successful exec. A record: the child failed and exited.
-  ChildError error{};
-  size_t got = 0;
-  ssize_t n;
-  while (got < sizeof error) {
-    n = ::read(error_r.get(), reinterpret_cast<char*>(&error) + got, sizeof error - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got == 0) return child;
+  // The child has exec'd (the record is untouched) or written where it failed and exited.
+  int32_t stage = *static_cast<volatile int32_t*>(&error.stage);
+  if (stage == 0) return child;
   WaitForChild(pid);
-  if (got != sizeof error) {
-    return absl::InternalError(
-        absl::StrCat("cannot start '", command(), "': truncated report from the child"));
-  }
-  return ChildFailure(error.stage, error.err);
+  return ChildFailure(stage, *static_cast<volatile int32_t*>(&error.err));
 }
 
 }  // namespace shoal::agent
