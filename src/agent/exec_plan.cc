@@ -103,7 +103,7 @@ struct ChildArgs {
   if (a.cpus != nullptr && ::sched_setaffinity(0, sizeof(cpu_set_t), a.cpus) != 0) {
     ChildFail(a.error, kAffinity, errno);
   }
-  // Nothing but 0-2 may survive exec: fds of the agent, of other children, and our error pipe.
+  // Nothing but 0-2 may survive exec: not the agent's fds, nor those of its other children.
   if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = 3; fd < a.max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
