@@ -43,8 +43,12 @@ class SimulatedBackend final : public backends::Backend {
   absl::StatusOr<std::vector<backends::NodeGrant>> Acquire(const spec::JobSpec&, const std::string&) override {
     std::vector<backends::NodeGrant> grants;
     for (uint32_t i = 0; i < nodes_; ++i) {
-      grants.push_back({"sim-" + std::to_string(i), "127.0.0.1", static_cast<double>(per_node_),
-                        uint64_t{1} << 40, {}, {}});
+      backends::NodeGrant grant;
+      grant.name = "sim-" + std::to_string(i);
+      grant.address = "127.0.0.1";
+      grant.cpus = static_cast<double>(per_node_);
+      grant.memory_bytes = uint64_t{1} << 40;
+      grants.push_back(std::move(grant));
     }
     return grants;
   }

@@ -280,7 +280,7 @@ void SdkServer::FlushTo(Connection& c) {
     break;
   }
   epoll_event ev{};
-  ev.events = EPOLLIN | (c.out.empty() ? 0 : EPOLLOUT);
+  ev.events = c.out.empty() ? uint32_t{EPOLLIN} : uint32_t{EPOLLIN | EPOLLOUT};
   ev.data.fd = c.fd.get();
   ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
 }

@@ -22,7 +22,12 @@ class GrantOnlyBackend final : public backends::Backend {
   std::string Name() const override { return "test"; }
   absl::StatusOr<std::vector<backends::NodeGrant>> Acquire(const spec::JobSpec&,
                                                            const std::string&) override {
-    return std::vector<backends::NodeGrant>{{"node-a", "127.0.0.1", 4, 1ull << 30, {}, {}}};
+    backends::NodeGrant grant;
+    grant.name = "node-a";
+    grant.address = "127.0.0.1";
+    grant.cpus = 4;
+    grant.memory_bytes = 1ull << 30;
+    return std::vector<backends::NodeGrant>{grant};
   }
   absl::Status StartAgents(const backends::AgentStartOptions&) override {
     return absl::OkStatus();
