@@ -13,13 +13,19 @@ For each N (default 1, 8, 32), each repetition runs, in a rotating order:
           --mpirun-plain drops it)
 One untimed warmup run of each comes first. A run that fails or times out is not
 timed; a mode that fails twice for an N is dropped for that N and reported as an error. Prints one JSON object on stdout: per N,
-median and p90 ms of each, shoal/shell ratio and shoal-shell difference (medians), and
-"target_met": the shoal-shell difference at N=32 is <= 50 ms.
+median and p90 ms of each, shoal/shell ratio and shoal-shell difference (medians),
+"shoal_phases_median_ms": where shoal's runs spent their time, from each job's events journal
+(start to job_submitted, then to the agent's registration, the first task running, all tasks
+running, the outcome, job_finished, and the client's exit), and "target_met": the shoal-shell
+difference at N=32 is <= 50 ms.
 """
 
 import argparse
+import json
 import shutil
+import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +53,46 @@ def parse_ns(text):
     if not ns or any(n < 1 for n in ns):
         raise argparse.ArgumentTypeError("--n values must be >= 1")
     return ns
+
+
+# The steps of one `shoal run`, from the job's events journal (microsecond wall clock): each
+# phase ends at the first event that matches, and the run's own start and end bracket them.
+PHASES = (
+    ("start_to_submitted", lambda e: e["type"] == "job_submitted"),
+    ("to_agent_registered", lambda e: e["type"] == "agent_registered"),
+    ("to_first_task_running", lambda e: e["type"] == "task_state" and e.get("to") == "running"),
+    ("to_all_tasks_running", lambda e: e["type"] == "job_state" and e.get("to") == "running"),
+    ("to_outcome_decided", lambda e: e["type"] == "outcome_decided"),
+    ("to_job_finished", lambda e: e["type"] == "job_finished"),
+)
+
+
+def run_phases(events, start_us, end_us):
+    """Milliseconds spent in each phase of one run ({} when an event is missing), ending with
+    `to_client_exit` (from job_finished to the client's exit as seen here)."""
+    phases, previous = {}, start_us
+    for name, matches in PHASES:
+        ts = next((e.get("ts_us") for e in events if matches(e)), None)
+        if ts is None:
+            return {}
+        phases[name] = round((ts - previous) / 1000.0, 3)
+        previous = ts
+    phases["to_client_exit"] = round((end_us - previous) / 1000.0, 3)
+    return phases
+
+
+def read_events(jobs_dir):
+    """The records of the one job's events journal under `jobs_dir` ([] when absent)."""
+    journals = list(Path(jobs_dir).glob("*/events.jsonl"))
+    if len(journals) != 1:
+        return []
+    events = []
+    for line in journals[0].read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass  # a torn last line
+    return events
 
 
 def main():
@@ -93,10 +139,13 @@ def main():
             job.write_text(job_yaml(n))
             run_counter = [0]
 
+            last_jobs_dir = [None]
+
             def shoal_argv():
                 run_counter[0] += 1
                 jobs_dir = tmp / f"jobs-n{n}-{run_counter[0]}"
                 jobs_dir.mkdir()
+                last_jobs_dir[0] = jobs_dir
                 argv = [shoal, "run", "--jobs-dir", str(jobs_dir)]
                 if args.quiet:
                     argv.append("--quiet")
@@ -116,8 +165,14 @@ def main():
             failures = {m: [] for m in modes}
             errors = {}
 
+            phases = []
+
             def once(mode):
+                start_us = time.time_ns() // 1000
                 t = c.run_timed(modes[mode](), timeout=args.timeout)
+                end_us = time.time_ns() // 1000
+                if mode == "shoal" and t.ok:
+                    phases.append(run_phases(read_events(last_jobs_dir[0]), start_us, end_us))
                 if not t.ok:
                     failures[mode].append(t.describe())
                     c.log(f"  N={n} {mode}: failed: {failures[mode][-1]}")
@@ -130,6 +185,7 @@ def main():
             c.log(f"launch_overhead: N={n}, warmup")
             for mode in list(modes):
                 once(mode)
+            phases.clear()  # only timed runs count
             for rep in range(args.reps):
                 names = list(modes)
                 k = rep % len(names) if names else 0
@@ -159,6 +215,10 @@ def main():
                 else round(med["shoal"] - med["shell"], 3))
             entry["ratio_shoal_mpirun"] = c.ratio(med["shoal"], med["mpirun"])
             entry["ratio_mpirun_shell"] = c.ratio(med["mpirun"], med["shell"])
+            timed = [p for p in phases if p]
+            if timed:
+                entry["shoal_phases_median_ms"] = {
+                    name: round(statistics.median(p[name] for p in timed), 3) for name in timed[0]}
             result["results"][str(n)] = entry
             c.log(f"launch_overhead: N={n}: " + ", ".join(
                 f"{m} median {med[m]:.1f} ms" for m in med if med[m] is not None))
