@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/process_spec.h"
-#include "agent/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace shoal::agent {
 

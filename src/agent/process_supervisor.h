@@ -20,7 +20,7 @@
 #include "agent/resource_limits.h"
 #include "agent/spawn_thread.h"
 #include "agent/task_cgroup.h"
-#include "agent/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace shoal::agent {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace shoal::agent {
 

@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "agent/cgroup_fs.h"
-#include "agent/unique_fd.h"
+#include "common/unique_fd.h"
 
 namespace shoal::agent {
 

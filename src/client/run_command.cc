@@ -31,6 +31,7 @@
 #include "common/files.h"
 #include "common/process.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 #include "nlohmann/json.hpp"
 #include "spec/inventory.h"
 #include "spec/spec_parser.h"
@@ -169,22 +170,14 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
                                          const std::string& job_dir, bool recover, Ms timeout) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", errno);
-  int writer = fds[1];
-  if (writer <= 3) {  // dup2 onto fd 3 must not be a no-op that keeps CLOEXEC
-    writer = ::fcntl(fds[1], F_DUPFD_CLOEXEC, 4);
-    ::close(fds[1]);
-    if (writer < 0) {
-      ::close(fds[0]);
-      return ErrnoStatus("dup", errno);
-    }
+  UniqueFd ready(fds[0]), writer(fds[1]);
+  if (writer.get() <= 3) {  // dup2 onto fd 3 must not be a no-op that keeps CLOEXEC
+    writer.Reset(::fcntl(fds[1], F_DUPFD_CLOEXEC, 4));
+    if (!writer.valid()) return ErrnoStatus("dup", errno);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } ready{fds[0]};
   pid_t pid = -1;
-  absl::Status started = StartMaster(shoal_binary, job_dir, recover, writer, &pid);
-  ::close(writer);  // from now on only the master holds it
+  absl::Status started = StartMaster(shoal_binary, job_dir, recover, writer.get(), &pid);
+  writer.Reset();  // from now on only the master holds it
   SHOAL_RETURN_IF_ERROR(started);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
@@ -194,13 +187,13 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
           absl::StrCat("the master did not start within ", timeout.count() / 1000, "s; see ",
                        job_dir, "/master.log"));
     }
-    pollfd p{ready.fd, POLLIN, 0};
+    pollfd p{ready.get(), POLLIN, 0};
     int rc = ::poll(&p, 1, static_cast<int>(left.count()));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return ErrnoStatus("wait for the master", errno);
     if (rc == 0) continue;  // the deadline check above reports it
     char byte;
-    ssize_t n = ::read(ready.fd, &byte, 1);
+    ssize_t n = ::read(ready.get(), &byte, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n == 1) return pid;
     // Closed unwritten: the master exited before it listened. Reap it if it is gone already.

@@ -42,8 +42,8 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
   }
   size_t colon = rest.rfind(':');
   uint32_t port = 0;
-  if (colon == std::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(absl::string_view(rest.substr(colon + 1)), &port) || port == 0 || port > 65535) {
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port == 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
   }

@@ -98,10 +98,11 @@ class Exchange : public std::enable_shared_from_this<Exchange<Store>> {
     }
     response_.keep_alive(false);
     response_.prepare_payload();
-    http::async_write(stream_, response_, [self = this->shared_from_this()](beast::error_code, size_t) {
-      beast::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    });
+    http::async_write(stream_, response_,
+                      [self = this->shared_from_this()](beast::error_code, size_t) {
+                        beast::error_code ignored;
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                      });
   }
 
   beast::tcp_stream stream_;

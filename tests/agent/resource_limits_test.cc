@@ -147,7 +147,9 @@ TEST(ResourceLimitsTest, KillAndRemoveTakesCgroupsATaskMadeBelowItsOwn) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-  for (const TaskCgroup::Dir& dir : (*task)->dirs()) EXPECT_FALSE(std::filesystem::exists(dir.path));
+  for (const TaskCgroup::Dir& dir : (*task)->dirs()) {
+    EXPECT_FALSE(std::filesystem::exists(dir.path));
+  }
 }
 
 TEST(ResourceLimitsTest, DestructorRemovesTheInstanceDirectories) {

@@ -4,7 +4,7 @@
 
 #include <utility>
 
-namespace shoal::agent {
+namespace shoal {
 
 // Owns one file descriptor and closes it when destroyed. Move-only. -1 means "none".
 class UniqueFd {
@@ -33,4 +33,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal
