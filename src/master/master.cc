@@ -109,6 +109,8 @@ Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend
 Master::~Master() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   loop_.Stop();
+  // After the loop: nothing sends on a stream any more.
+  if (service_) service_->Stop();
 }
 
 absl::Status Master::Start() {
@@ -117,16 +119,18 @@ absl::Status Master::Start() {
   int bound_port = 0;
   builder.AddListeningPort(absl::StrCat(options_.listen_host, ":", options_.listen_port),
                            grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(service_.get());
+  service_->Register(&builder);
   builder.SetMaxReceiveMessageSize(64 << 20);
   // Agent streams carry small messages at a steady rate: bandwidth-delay probing would add a
   // ping and a window update to many of them for no gain.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
+    server_.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_host, ":",
                                                options_.listen_port));
   }
+  service_->Start();
   address_ = absl::StrCat(options_.listen_host == "0.0.0.0" ? "127.0.0.1" : options_.listen_host,
                           ":", bound_port);
   nlohmann::json info = {{"address", address_}, {"pid", ::getpid()}};
@@ -334,11 +338,11 @@ void Master::FillStatus(v1::JobStatus* status) {
   status->ParseFromString(status_snapshot_);
 }
 
-std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs) {
-  auto queue = std::make_shared<WatchQueue>(logs);
-  std::promise<void> added;
-  // On the loop, so the first status and every later event arrive in order.
-  loop_.Post([&] {
+std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs, std::function<void()> on_ready) {
+  auto queue = std::make_shared<WatchQueue>(logs, std::move(on_ready));
+  // On the loop, so the first status and every later event arrive in order. Not waited for:
+  // the caller is a gRPC reaction, which must not block on the loop.
+  loop_.Post([this, queue] {
     std::string snapshot;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -349,9 +353,7 @@ std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs) {
     event.mutable_status()->ParseFromString(snapshot);
     queue->Push(event.SerializeAsString(), false);
     if (IsTerminal(phase_) && finished_unix_ms_ != 0) queue->Close();
-    added.set_value();
   });
-  added.get_future().wait();
   return queue;
 }
 

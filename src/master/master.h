@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -116,7 +117,8 @@ class Master {
                             const v1::AgentMessage& message);
   void AgentDisconnected(uint64_t session);
   void FillStatus(v1::JobStatus* status);  // thread-safe snapshot
-  std::shared_ptr<WatchQueue> AddWatcher(bool logs);
+  // A new watcher's queue; `on_ready` runs whenever events were pushed or it was closed.
+  std::shared_ptr<WatchQueue> AddWatcher(bool logs, std::function<void()> on_ready);
 
  private:
   struct AgentSession {

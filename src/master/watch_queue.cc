@@ -8,7 +8,7 @@ void WatchQueue::Push(std::string event, bool is_log) {
     if (closed_ || (is_log && events_.size() >= kMaxQueued)) return;
     events_.push_back(std::move(event));
   }
-  cv_.notify_one();
+  if (on_ready_) on_ready_();
 }
 
 void WatchQueue::Close() {
@@ -16,17 +16,16 @@ void WatchQueue::Close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
   }
-  cv_.notify_all();
+  if (on_ready_) on_ready_();
 }
 
-bool WatchQueue::Pop(std::vector<std::string>* out, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !events_.empty() || closed_; });
-  while (!events_.empty()) {
-    out->push_back(std::move(events_.front()));
-    events_.pop_front();
-  }
-  return !(closed_ && out->empty());
+WatchQueue::Next WatchQueue::TryPop(std::string* out, bool* more) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (events_.empty()) return closed_ ? Next::kEnded : Next::kEmpty;
+  *out = std::move(events_.front());
+  events_.pop_front();
+  *more = !events_.empty();
+  return Next::kEvent;
 }
 
 }  // namespace shoal::master

@@ -70,7 +70,7 @@ class MasterServiceTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    master_->Kill("test over");
+    if (master_) master_->Kill("test over");
     master_.reset();
     std::filesystem::remove_all(dir_);
   }
@@ -133,6 +133,79 @@ TEST_F(MasterServiceTest, KillWithoutTheTokenChangesNothing) {
   grpc::Status st = stub_->Kill(&ctx, v1::KillRequest(), &reply);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(Events("kill_requested").empty());
+}
+
+TEST_F(MasterServiceTest, WatcherWithoutTheTokenIsRefusedAndLearnsNothing) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer wrong-token");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub_->Watch(&ctx, v1::WatchRequest());
+  v1::WatchEvent event;
+  EXPECT_FALSE(stream->Read(&event));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// The watch stream (what `shoal run` follows): the status first, every change after it, and
+// the end of the stream once the job has finished. Several at once, each served without a
+// thread of its own.
+TEST_F(MasterServiceTest, WatchersGetTheStatusFirstAndTheStreamEndsWithTheJob) {
+  constexpr int kWatchers = 3;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::WatchEvent>>> streams;
+  for (int i = 0; i < kWatchers; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    contexts.back()->AddMetadata("authorization", "Bearer right-token");
+    contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    streams.push_back(stub_->Watch(contexts.back().get(), v1::WatchRequest()));
+  }
+  for (auto& stream : streams) {
+    v1::WatchEvent first;
+    ASSERT_TRUE(stream->Read(&first));
+    EXPECT_TRUE(first.has_status());
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer right-token");
+    v1::KillReply reply;
+    ASSERT_TRUE(stub_->Kill(&ctx, v1::KillRequest(), &reply).ok());
+  }
+  for (auto& stream : streams) {
+    v1::WatchEvent event;
+    v1::JobStatus last;
+    while (stream->Read(&event)) {
+      if (event.has_status()) last = event.status();
+    }
+    EXPECT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(last.job_id(), "svc-test");
+    EXPECT_EQ(last.state(), v1::JOB_STATE_KILLED) << last.DebugString();
+    EXPECT_NE(last.finished_unix_ms(), 0);
+  }
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer right-token");
+  v1::JobStatus status;
+  ASSERT_TRUE(stub_->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.state(), v1::JOB_STATE_KILLED);
+}
+
+// A watcher that goes away, and one still open when the master stops, hold nothing up.
+TEST_F(MasterServiceTest, MasterStopsWithWatchersOpenOrGone) {
+  grpc::ClientContext gone;
+  gone.AddMetadata("authorization", "Bearer right-token");
+  auto gone_stream = stub_->Watch(&gone, v1::WatchRequest());
+  v1::WatchEvent event;
+  ASSERT_TRUE(gone_stream->Read(&event));
+  gone.TryCancel();
+  EXPECT_FALSE(gone_stream->Read(&event));
+  gone_stream->Finish();
+
+  grpc::ClientContext open;
+  open.AddMetadata("authorization", "Bearer right-token");
+  auto open_stream = stub_->Watch(&open, v1::WatchRequest());
+  ASSERT_TRUE(open_stream->Read(&event));
+  master_.reset();  // the job still runs: the stream is cut, not finished
+  while (open_stream->Read(&event)) {
+  }
+  EXPECT_FALSE(open_stream->Finish().ok());
 }
 
 TEST_F(MasterServiceTest, AgentWithoutTheTokenIsRefused) {
