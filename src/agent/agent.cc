@@ -480,8 +480,18 @@ void Agent::Launch(const v1::MasterMessage& message) {
     live_.insert(key);
     attempts_[key] = l.task().attempt();
   }
-  sdk_->TaskLaunched(key, l.task().attempt(),
-                     std::chrono::milliseconds(l.progress_timeout_ms()));
+  // A board per attempt (a new attempt's file is never the one the old attempt's entry removes).
+  std::string progress_error;
+  std::string progress_file = sdk_->TaskLaunched(
+      key, l.task().attempt(), std::chrono::milliseconds(l.progress_timeout_ms()),
+      absl::StrCat(options_.work_dir, "/progress-", l.task().role(), "-", l.task().index(), ".",
+                   l.task().attempt()),
+      &progress_error);
+  if (!progress_file.empty()) {
+    spec.env["SHOAL_PROGRESS_FILE"] = progress_file;
+  } else {
+    spdlog::warn("{}: {}; its progress reports go over the SDK socket", key, progress_error);
+  }
   if (Supervisor() == nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);

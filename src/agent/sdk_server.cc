@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -80,15 +81,42 @@ void SdkServer::Wake() {
   [[maybe_unused]] ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
-void SdkServer::TaskLaunched(const std::string& task, uint32_t attempt,
-                             std::chrono::milliseconds progress_timeout) {
+std::string SdkServer::TaskLaunched(const std::string& task, uint32_t attempt,
+                                    std::chrono::milliseconds progress_timeout,
+                                    const std::string& progress_file, std::string* error) {
+  TaskEntry e;
+  e.attempt = attempt;
+  e.timeout = progress_timeout;
+  if (!progress_file.empty()) {
+    auto slot = ProgressSlot::Create(progress_file);
+    if (slot.ok()) {
+      e.slot = std::move(*slot);
+    } else if (error != nullptr) {
+      *error = std::string(slot.status().message());
+    }
+  }
+  std::string path = e.slot ? e.slot->path() : "";
   {
     std::lock_guard<std::mutex> lock(mu_);
-    TaskEntry e;
-    e.attempt = attempt;
-    e.timeout = progress_timeout;
-    tasks_[task] = e;
+    tasks_[task] = std::move(e);
   }
+  // The watchdog's next look may now be due sooner (a board is looked at, not heard from).
+  Wake();
+  return path;
+}
+
+void SdkServer::RefreshFromSlot(TaskEntry& e) {
+  if (!e.slot) return;
+  std::optional<ProgressSlot::Report> report = e.slot->Read();
+  if (!report || report->monotonic_ns <= e.slot_seen_ns) return;
+  e.slot_seen_ns = report->monotonic_ns;
+  e.step = report->step;
+  e.step_changed = true;
+  // The report's own time: a hang is measured from the last step, not from when it was seen.
+  e.last_progress = std::chrono::steady_clock::time_point(
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::nanoseconds(report->monotonic_ns)));
+  e.armed = e.timeout.count() > 0;
 }
 
 void SdkServer::TaskEnded(const std::string& task, uint32_t attempt) {
@@ -109,6 +137,7 @@ std::vector<TaskStep> SdkServer::TakeProgress() {
   std::vector<TaskStep> changed;
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [task, e] : tasks_) {
+    RefreshFromSlot(e);
     if (!e.step_changed) continue;
     e.step_changed = false;
     changed.push_back({task, e.attempt, e.step});
@@ -294,12 +323,23 @@ int SdkServer::NextWatchdogTimeoutMs() {
   std::lock_guard<std::mutex> lock(mu_);
   auto now = std::chrono::steady_clock::now();
   int64_t best = -1;
+  auto consider = [&](int64_t ms) {
+    ms = std::max<int64_t>(0, ms);
+    if (best < 0 || ms < best) best = ms;
+  };
   for (auto& [task, e] : tasks_) {
-    if (!e.armed || e.stalled_reported) continue;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(e.last_progress + e.timeout - now)
-                    .count();
-    left = std::max<int64_t>(0, left + 1);
-    if (best < 0 || left < best) best = left;
+    if (e.timeout.count() <= 0 || e.stalled_reported) continue;
+    RefreshFromSlot(e);
+    if (!e.armed) {
+      // A board tells no one of the first step: look again within half the timeout, so that a
+      // task hanging right after its first step is still caught within 1.5 timeouts.
+      if (e.slot) consider(std::max<int64_t>(10, e.timeout.count() / 2));
+      continue;
+    }
+    consider(std::chrono::duration_cast<std::chrono::milliseconds>(e.last_progress + e.timeout -
+                                                                    now)
+                 .count() +
+             1);
   }
   return static_cast<int>(std::min<int64_t>(best, 60000));
 }
@@ -310,6 +350,7 @@ void SdkServer::CheckWatchdogs() {
     std::lock_guard<std::mutex> lock(mu_);
     auto now = std::chrono::steady_clock::now();
     for (auto& [task, e] : tasks_) {
+      RefreshFromSlot(e);
       if (!e.armed || e.stalled_reported || now - e.last_progress < e.timeout) continue;
       e.stalled_reported = true;
       stalled.emplace_back(task, e.attempt, e.step,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/progress_slot.h"
 #include "common/unique_fd.h"
 
 namespace shoal::agent {
@@ -49,9 +50,12 @@ class SdkServer {
   const std::string& address() const { return address_; }
 
   // The task's current attempt; requests of any other attempt are refused. progress_timeout 0:
-  // no watchdog.
-  void TaskLaunched(const std::string& task, uint32_t attempt,
-                    std::chrono::milliseconds progress_timeout);
+  // no watchdog. With a `progress_file` path, a progress board is made there for the task
+  // (ProgressSlot); the path is returned for the task's SHOAL_PROGRESS_FILE, or "" when it
+  // could not be made (`error` says why; the task then reports over the socket).
+  std::string TaskLaunched(const std::string& task, uint32_t attempt,
+                           std::chrono::milliseconds progress_timeout,
+                           const std::string& progress_file = "", std::string* error = nullptr);
   void TaskEnded(const std::string& task, uint32_t attempt);
   // The master's answer to a relayed request; dropped when its connection has closed.
   void Reply(uint64_t request_id, const std::string& json_line);
@@ -73,6 +77,8 @@ class SdkServer {
     bool step_changed = false;
     uint64_t step = 0;
     std::chrono::steady_clock::time_point last_progress{};
+    std::unique_ptr<ProgressSlot> slot;
+    int64_t slot_seen_ns = 0;  // the report time of the last report taken from the slot
   };
 
   SdkServer(std::string address, SdkServerCallbacks callbacks);
@@ -84,6 +90,8 @@ class SdkServer {
   void FlushTo(Connection& c);
   void CloseConnection(int fd);
   void CheckWatchdogs();
+  // Under mu_: takes a newer report from the task's progress board, as a socket report would.
+  static void RefreshFromSlot(TaskEntry& e);
   int NextWatchdogTimeoutMs();
   void Wake();
 

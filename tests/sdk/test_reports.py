@@ -1,6 +1,7 @@
 """progress / checkpointed / resumed on the wire, against a fake agent on a real Unix socket."""
 
 import os
+import struct
 import time
 
 import pytest
@@ -46,6 +47,59 @@ def test_progress_costs_microseconds(agent):
     agent.wait_for_count("progress", count + 1, timeout=30)
     assert per_call_us < 500, f"{per_call_us:.1f} us per progress call"
     assert agent.connections == 1
+
+
+def make_board(path):
+    """What the agent makes for a task (agent/progress_slot.h): 64 bytes, the magic first."""
+    path.write_bytes(b"SHOALPG1" + bytes(56))
+    return path
+
+
+def read_board(path):
+    sequence, step, when = struct.unpack_from("<QQq", path.read_bytes(), 8)
+    return sequence, step, when
+
+
+def test_progress_goes_to_the_board_and_sends_nothing(agent, tmp_path, monkeypatch):
+    board = make_board(tmp_path / "progress")
+    monkeypatch.setenv("SHOAL_PROGRESS_FILE", str(board))
+    before = time.monotonic_ns()
+    shoal.progress(5)
+    shoal.progress(6)
+    after = time.monotonic_ns()
+    sequence, step, when = read_board(board)
+    assert sequence == 4, "two complete writes: the sequence is even and counts them"
+    assert step == 6
+    assert before <= when <= after, "the report's CLOCK_MONOTONIC time, as the agent reads it"
+    shoal.checkpointed(6)  # still a message: the master must hear of it
+    agent.wait_for_count("checkpointed", 1)
+    assert agent.ops("progress") == []
+
+
+def test_a_file_that_is_not_a_board_leaves_progress_on_the_socket(agent, tmp_path,
+                                                                  monkeypatch):
+    junk = tmp_path / "progress"
+    junk.write_bytes(b"not a board" + bytes(53))
+    monkeypatch.setenv("SHOAL_PROGRESS_FILE", str(junk))
+    shoal.progress(3)
+    agent.wait_for_count("progress", 1)
+    assert agent.ops("progress")[0]["step"] == 3
+    assert junk.read_bytes() == b"not a board" + bytes(53)
+
+
+def test_a_forked_child_reports_to_the_same_board(tmp_path, monkeypatch):
+    board = make_board(tmp_path / "progress")
+    monkeypatch.setenv("SHOAL_PROGRESS_FILE", str(board))
+    shoal.progress(1)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            shoal.progress(2)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    sequence, step, _ = read_board(board)
+    assert (sequence, step) == (4, 2)
 
 
 def test_progress_after_the_agent_died_does_not_raise_and_warns_once(agent, capsys):

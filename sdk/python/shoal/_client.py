@@ -17,8 +17,10 @@ decision (see reports.py and data.py).
 """
 
 import json
+import mmap
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -226,9 +228,64 @@ def client():
 
 
 def reset():
-    """Drops the process's client (closing its connection); the next call makes a new one."""
-    global _state
+    """Drops the process's client (closing its connection) and progress board; the next call
+    makes new ones."""
+    global _state, _board
     with _lock:
         if _state is not None and _state.pid == os.getpid():
             _state.connection.close()
         _state = None
+        _board = None
+
+
+# ---- the progress board (SHOAL_PROGRESS_FILE; docs/sdk-protocol.md, "The progress file")
+
+_SEQUENCE = struct.Struct("<Q")
+_STEP_AND_TIME = struct.Struct("<Qq")
+_BOARD_MAGIC = b"SHOALPG1"
+_U64_MAX = (1 << 64) - 1
+
+
+class ProgressBoard:
+    """The task's progress board: a step is three stores into a small shared file that the
+    agent reads when it builds a heartbeat or its hang watchdog is due, so reporting every step
+    sends nothing and wakes no one. A forked child shares the mapping (the same task's)."""
+
+    def __init__(self, path):
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._map = mmap.mmap(fd, 64, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        if self._map[:8] != _BOARD_MAGIC:
+            self._map.close()
+            raise OSError(f"{path} is not a Shoal progress file")
+
+    def write(self, step):
+        m = self._map
+        odd = _SEQUENCE.unpack_from(m, 8)[0] | 1  # odd: a write is under way
+        _SEQUENCE.pack_into(m, 8, odd)
+        _STEP_AND_TIME.pack_into(m, 16, min(max(step, 0), _U64_MAX), time.monotonic_ns())
+        _SEQUENCE.pack_into(m, 8, odd + 1)
+
+
+_board = None  # (path, ProgressBoard or None when it could not be opened)
+
+
+def progress_board():
+    """The board named by SHOAL_PROGRESS_FILE, or None (unset, or not usable: then progress
+    goes over the socket as before)."""
+    global _board
+    path = os.environ.get("SHOAL_PROGRESS_FILE")
+    if not path:
+        return None
+    board = _board
+    if board is not None and board[0] == path:
+        return board[1]
+    try:
+        opened = ProgressBoard(path)
+    except (OSError, ValueError):
+        opened = None
+    _board = (path, opened)
+    return opened
