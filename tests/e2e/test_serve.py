@@ -576,6 +576,35 @@ def test_the_server_survives_bad_requests_and_keeps_answering_others(server, rep
 # The command
 
 
+SCHED_BATCH = 3  # sched.h; field 41 of /proc/PID/task/TID/stat
+
+
+def thread_policies(pid):
+    policies = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{task}/stat").read()
+        except FileNotFoundError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after the command name, field 3 is index 0
+        policies.append(int(fields[41 - 3]))
+    return policies
+
+
+def test_the_http_loops_run_as_batch_threads_so_they_never_preempt_a_model(
+        shoal_bin, repository, tmp_path):
+    s = Server(shoal_bin, repository, tmp_path, "--http-threads", "3")
+    try:
+        s.wait_ready()
+        status, _ = s.request("GET", "/v2/health/ready")
+        assert status == 200
+        policies = thread_policies(s.proc.pid)
+        assert policies.count(SCHED_BATCH) == 3, policies
+        assert policies.count(0) >= 1, "the model instances keep the normal policy"
+    finally:
+        s.kill()
+
+
 def test_a_missing_repository_exits_2_with_a_message(shoal_bin, tmp_path):
     r = subprocess.run([shoal_bin, "serve", "--model-repository", str(tmp_path / "nope"),
                         "--http-port", "0"], capture_output=True, text=True, timeout=60,
