@@ -28,18 +28,19 @@ uint64_t LoadAcquire(const void* base, size_t offset) {
 
 absl::StatusOr<std::unique_ptr<ProgressSlot>> ProgressSlot::Create(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd.valid() || ::ftruncate(fd.get(), kSize) != 0) {
+  if (!fd.valid()) {
     return absl::UnavailableError(
         absl::StrCat("cannot create the progress file ", path, ": ", std::strerror(errno)));
   }
-  if (::pwrite(fd.get(), kMagic, 8, 0) != 8) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the progress file ", path, ": ", std::strerror(errno)));
+  void* map = MAP_FAILED;
+  if (::ftruncate(fd.get(), kSize) == 0 && ::pwrite(fd.get(), kMagic, 8, 0) == 8) {
+    map = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd.get(), 0);
   }
-  void* map = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd.get(), 0);
   if (map == MAP_FAILED) {
+    int error = errno;
+    ::unlink(path.c_str());  // a failed board leaves nothing behind
     return absl::UnavailableError(
-        absl::StrCat("cannot map the progress file ", path, ": ", std::strerror(errno)));
+        absl::StrCat("cannot set up the progress file ", path, ": ", std::strerror(error)));
   }
   return std::unique_ptr<ProgressSlot>(new ProgressSlot(path, map));
 }

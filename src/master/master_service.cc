@@ -45,22 +45,40 @@ bool StartOp(MasterService* service, int* outstanding, StartFn start) {
   return true;
 }
 
-class AgentSessionCall;
-
-// What the master holds for one agent's stream: forwards to the call until it is gone.
-class StreamConnection final : public AgentConnection {
+// A pointer to a call that others (the master's loop) keep past the call's life: each use runs
+// under its lock, and the call detaches it before it is deleted.
+template <typename Call>
+class CallHandle {
  public:
-  explicit StreamConnection(AgentSessionCall* call) : call_(call) {}
-  bool Send(const v1::MasterMessage& message) override;
-  void Close() override;
+  explicit CallHandle(Call* call) : call_(call) {}
+  // Runs fn(Call&) if the call is still there.
+  template <typename Fn>
+  void With(Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (call_ != nullptr) fn(*call_);
+  }
   void Detach() {
     std::lock_guard<std::mutex> lock(mu_);
     call_ = nullptr;
   }
 
  private:
-  std::mutex mu_;  // held while calling into the call, so it cannot be deleted under us
-  AgentSessionCall* call_;
+  std::mutex mu_;
+  Call* call_;
+};
+
+class AgentSessionCall;
+
+// What the master holds for one agent's stream.
+class StreamConnection final : public AgentConnection {
+ public:
+  explicit StreamConnection(AgentSessionCall* call) : call_(call) {}
+  bool Send(const v1::MasterMessage& message) override;
+  void Close() override;
+  void Detach() { call_.Detach(); }
+
+ private:
+  CallHandle<AgentSessionCall> call_;
 };
 
 // One agent's bidirectional stream: reads are handled as they come; writes queue up so that
@@ -202,31 +220,14 @@ class AgentSessionCall final : public AsyncCall {
 };
 
 bool StreamConnection::Send(const v1::MasterMessage& message) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return call_ != nullptr && call_->Send(message);
+  bool sent = false;
+  call_.With([&](AgentSessionCall& call) { sent = call.Send(message); });
+  return sent;
 }
 
 void StreamConnection::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (call_ != nullptr) call_->Cancel();
+  call_.With([](AgentSessionCall& call) { call.Cancel(); });
 }
-
-class WatchCall;
-
-// What a watcher's queue calls when it has events: forwards to the call until it is gone.
-class WatchNotifier {
- public:
-  explicit WatchNotifier(WatchCall* call) : call_(call) {}
-  void Notify();
-  void Detach() {
-    std::lock_guard<std::mutex> lock(mu_);
-    call_ = nullptr;
-  }
-
- private:
-  std::mutex mu_;
-  WatchCall* call_;
-};
 
 // One `shoal run` / `shoal logs --follow` stream: a write starts whenever events are queued and
 // none is in flight, so a client costs no thread while it waits.
@@ -273,6 +274,7 @@ class WatchCall final : public AsyncCall {
     delete this;
   }
 
+ private:
   // Under mu_: the next queued event, or the end.
   void WriteNext() {
     if (writing_ || finish_started_ || ended_) return;
@@ -295,9 +297,6 @@ class WatchCall final : public AsyncCall {
     if (!writing_) ended_ = true;
   }
 
-  std::mutex& mu() { return mu_; }
-
- private:
   // Under mu_.
   void OnAccept(bool ok) {
     if (!ok) {
@@ -308,10 +307,14 @@ class WatchCall final : public AsyncCall {
     if (!service_->Authorized(&context_)) {
       return StartFinish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kUnauthenticated));
     }
-    notifier_ = std::make_shared<WatchNotifier>(this);
+    notifier_ = std::make_shared<CallHandle<WatchCall>>(this);
     // The loop pushes the first status (and notifies) later, never inside AddWatcher.
-    queue_ = service_->master()->AddWatcher(request_.logs(),
-                                            [notifier = notifier_] { notifier->Notify(); });
+    queue_ = service_->master()->AddWatcher(request_.logs(), [notifier = notifier_] {
+      notifier->With([](WatchCall& call) {
+        std::lock_guard<std::mutex> lock(call.mu_);
+        call.WriteNext();
+      });
+    });
   }
 
   void StartFinish(grpc::Status status) {
@@ -328,7 +331,7 @@ class WatchCall final : public AsyncCall {
   Tag accept_tag_{this, kAccept};
   Tag write_tag_{this, kWrite};
   Tag finish_tag_{this, kFinish};
-  std::shared_ptr<WatchNotifier> notifier_;
+  std::shared_ptr<CallHandle<WatchCall>> notifier_;  // what the watcher's queue calls
   std::shared_ptr<WatchQueue> queue_;
   v1::WatchEvent event_;  // the one being written
 
@@ -338,13 +341,6 @@ class WatchCall final : public AsyncCall {
   bool finish_started_ = false;
   bool ended_ = false;
 };
-
-void WatchNotifier::Notify() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (call_ == nullptr) return;
-  std::lock_guard<std::mutex> call_lock(call_->mu());
-  call_->WriteNext();
-}
 
 // A unary method: one request, one reply, answered at once on the service's thread.
 template <typename Request, typename Reply>
