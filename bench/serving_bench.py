@@ -10,8 +10,9 @@ at once, all pinned to the server CPU; every measurement point runs each of them
 that the figures compared are seconds apart. Per model: closed-loop throughput and latency at
 each concurrency (serve_load --closed N), then an open loop (serve_load --open) at
 --open-fraction (70 %) of each server's peak for that model. Then the bare libtorch loop
-(serve_libtorch_loop) at batch size 1 and at the mean batch sizes shoal ran at. One JSON object
-on stdout (see bench/README.md); progress on stderr.
+(serve_libtorch_loop) at batch size 1 and at the mean batch sizes shoal ran at, and the floor
+(serve_floor: a server that only answers) that sets the most any server could reach here. One
+JSON object on stdout (see bench/README.md); progress on stderr.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -273,14 +275,17 @@ def model_stats(url, model):
     return None
 
 
-def first_answer(server, model, bodies, expected):
+def first_answer(server, model, bodies, expected, replies=None):
     """(match, error) of one request: error is None or why it failed; match is None for the
     first server to answer (its outputs become the ones the others are compared with), else
-    whether its outputs equal them."""
+    whether its outputs equal them. replies[model] keeps an answer's bytes (shoal's when it
+    answers) for the floor server to send."""
     url = f"{server.url}/v2/models/{model}/infer"
     status, answer = http_post(url, bodies[model].read_bytes())
     if status != 200:
         return None, f"infer answered {status}: {answer[:300]!r}"
+    if replies is not None and (server.name == "shoal" or model not in replies):
+        replies[model] = answer
     match = None
     with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
         data = json.loads(answer)["outputs"][0]["data"]
@@ -305,7 +310,7 @@ def closed_point(server, model, n, bodies, serve_load, args):
     return fig
 
 
-def measure_round(servers, models, bodies, expected, serve_load, args, order):
+def measure_round(servers, models, bodies, expected, serve_load, args, order, replies=None):
     """One round: {server: {model: {...}}}. Every server is up at once (each pinned to the
     server CPU, idle while another is loaded); each measurement point runs every server back to
     back, in `order`, so that the figures compared with each other are seconds apart, not minutes."""
@@ -314,7 +319,7 @@ def measure_round(servers, models, bodies, expected, serve_load, args, order):
     for m in models:
         ready = []
         for s in servers:
-            match, err = first_answer(s, m, bodies, expected)
+            match, err = first_answer(s, m, bodies, expected, replies)
             if err:
                 results[s.name][m] = {"error": err}
                 c.log(f"  {s.name} {m}: {err}")
@@ -395,6 +400,96 @@ def libtorch_loop(tool, model_pt, model, batch_sizes, args):
             for b, v in out["batch_sizes"].items()}
 
 
+# ------------------------------------------------------------------------------- the floor
+
+def cpu_seconds(pid):
+    """CPU time of a single-threaded process: /proc/PID/schedstat (ns), else /proc/PID/stat."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+def measure_floor(tool, model, body_file, reply, serve_load, args, tmp):
+    """serve_floor (bench/serve_floor.cc) answering the model's request with `reply`, pinned
+    to the server CPU: a closed loop of --floor-concurrency connections, with the floor's CPU
+    time per request over the middle of the measured window, then an open loop at
+    --open-fraction of that throughput. What the kernel's TCP path costs any server per
+    request on this machine, and the latency jitter it leaves when nothing else runs."""
+    reply_file = tmp / f"{model}.floor-reply"
+    reply_file.write_bytes(reply)
+    server = Server(f"floor-{model}", [tool, "--reply", str(reply_file), "--port", "0"],
+                    args.server_cpu, tmp)
+    err = server.start(timeout=30)
+    if err:
+        server.stop()
+        return {"error": f"serve_floor did not start: {err}"}
+    try:
+        url = f"{server.url}/v2/models/{model}/infer"
+        done = {}
+        runner = threading.Thread(target=lambda: done.update(load=run_load(
+            serve_load, url, body_file, ["--closed", args.floor_concurrency], args)))
+        runner.start()
+        # The middle of the measured window: past the warmup, before the end.
+        margin = min(0.5, args.duration / 4)
+        time.sleep(args.warmup + margin)
+        cpu0, t0 = cpu_seconds(server.proc.pid), time.monotonic()
+        time.sleep(max(0.1, args.duration - 2 * margin))
+        cpu1, t1 = cpu_seconds(server.proc.pid), time.monotonic()
+        runner.join()
+        closed = brief(done["load"])
+        if "error" in closed:
+            return {"error": closed["error"]}
+        if cpu0 is not None and cpu1 is not None and closed["throughput_rps"] > 0:
+            busy = (cpu1 - cpu0) / (t1 - t0)
+            closed["cpu_fraction"] = round(busy, 3)
+            closed["cpu_us_per_request"] = round(busy / closed["throughput_rps"] * 1e6, 3)
+        c.log(f"  floor {model} closed {args.floor_concurrency}: " + describe(closed) +
+              f", {closed.get('cpu_us_per_request')} us of CPU a request")
+        out = {"concurrency": args.floor_concurrency, "closed": closed}
+        rate = args.open_fraction * closed["throughput_rps"]
+        if rate > 0:
+            out["open"] = brief(run_load(serve_load, url, body_file,
+                                         ["--open", round(rate, 3), "--connections",
+                                          args.open_connections], args))
+            c.log(f"  floor {model} open {rate:.0f}/s: " + describe(out["open"]))
+        return out
+    finally:
+        server.stop()
+
+
+def ceilings(model, shoal, base, libtorch, floor, batch):
+    """The most any one-core server could reach here: each request costs the floor's CPU plus
+    the model's compute per row at `batch` in the bare loop. (ratios, reachable) where
+    reachable says per throughput target whether that ceiling clears it at all."""
+    ratios, reachable = {}, {}
+    per_request = ((floor or {}).get("closed") or {}).get("cpu_us_per_request")
+    anchor = (libtorch or {}).get(str(batch)) if isinstance(libtorch, dict) else None
+    if per_request is None or not anchor or not anchor.get("inferences_per_s"):
+        return ratios, reachable
+    compute_us = 1e6 / anchor["inferences_per_s"]
+    ceiling = 1e6 / (compute_us + per_request)
+    ratios["ceiling_rps"] = round(ceiling, 1)
+    ratios["ceiling_floor_us_per_request"] = per_request
+    ratios["ceiling_compute_us_per_row"] = round(compute_us, 3)
+    ratios["ceiling_over_libtorch"] = c.ratio(ceiling, anchor["inferences_per_s"])
+    reachable["saturated_at_least_90pct_of_libtorch"] = (
+        ratios["ceiling_over_libtorch"] >= TARGET_LIBTORCH_FRACTION)
+    if shoal and shoal.get("peak_rps"):
+        ratios["shoal_over_ceiling"] = c.ratio(shoal["peak_rps"], ceiling)
+    if base and base.get("peak_rps"):
+        ratios["ceiling_over_fastapi"] = c.ratio(ceiling, base["peak_rps"])
+        if model in TARGET_SPEEDUP_MODELS:
+            reachable["throughput_at_least_10x_baseline"] = (
+                ratios["ceiling_over_fastapi"] >= TARGET_SPEEDUP)
+    fo = (floor or {}).get("open") or {}
+    if fo and "error" not in fo and fo.get("p50_ms"):
+        ratios["floor_open_p99_over_p50"] = c.ratio(fo["p99_ms"], fo["p50_ms"])
+    return ratios, reachable
+
+
 # ------------------------------------------------------------------------------- aggregation
 
 def median_of(values):
@@ -448,7 +543,7 @@ def merge_rounds(rounds):
     return merged
 
 
-def derive(model, servers, libtorch, cores, paired_batching=None):
+def derive(model, servers, libtorch, cores, paired_batching=None, floor=None):
     """Ratios and targets for one model. servers: {name: merged figures or error}."""
     base = servers.get("fastapi", {}).get(model) if "error" not in servers.get("fastapi", {}) \
         else None
@@ -535,7 +630,12 @@ def derive(model, servers, libtorch, cores, paired_batching=None):
             unb["peak_rps"], libtorch["1"]["inferences_per_s"])
     targets["saturated_at_least_90pct_of_libtorch"] = (None if sat is None
                                                        else sat >= TARGET_LIBTORCH_FRACTION)
-    return ratios, targets
+    reachable = {}
+    if good(shoal):
+        extra, reachable = ceilings(model, shoal, base if good(base) else None, libtorch, floor,
+                                    ratios.get("saturated_libtorch_batch_size", 1))
+        ratios.update(extra)
+    return ratios, targets, reachable
 
 
 # ------------------------------------------------------------------------------- main
@@ -560,6 +660,9 @@ def parse_args(argv):
     p.add_argument("--batch-delay-us", type=int, default=0)
     p.add_argument("--baseline-workers", type=int, default=1)
     p.add_argument("--libtorch-duration", type=float, default=3.0)
+    p.add_argument("--serve-floor", metavar="PATH", help="serve_floor (same default)")
+    p.add_argument("--floor-concurrency", type=int, default=64,
+                   help="connections of the floor's closed loop (0: no floor)")
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--keep", action="store_true", help="keep the temporary repository and logs")
@@ -588,7 +691,7 @@ def main(argv=None):
     result["settings"] = {k: getattr(args, k) for k in (
         "models", "servers", "concurrency", "duration", "warmup", "open_fraction",
         "open_connections", "reps", "max_batch_size", "batch_delay_us", "baseline_workers",
-        "libtorch_duration", "server_cpu", "load_cpu")}
+        "libtorch_duration", "floor_concurrency", "server_cpu", "load_cpu")}
     cores = 1  # every server is pinned to one core; figures per core divide by this
 
     shoal, shoal_err = c.find_shoal(args.shoal)
@@ -598,6 +701,7 @@ def main(argv=None):
         c.emit(result)
         return 0
     loop_tool, loop_err = find_build_tool(args.libtorch_loop, "serve_libtorch_loop", shoal)
+    floor_tool, floor_err = find_build_tool(args.serve_floor, "serve_floor", shoal)
     if shoal and not shoal_err:
         shoal_err = shoal_supports_serve(shoal)
     result["shoal_binary"] = shoal
@@ -633,6 +737,7 @@ def main(argv=None):
 
         rounds = []
         expected = {}  # the baseline's first answer per model, to compare the others with
+        replies = {}  # an answer's bytes per model, for the floor server
         started, failed = [], {}
         try:
             for name in args.servers:
@@ -653,7 +758,7 @@ def main(argv=None):
                 c.log(f"serving_bench: round {rep + 1}/{args.reps}, order {', '.join(order)}")
                 this_round = dict(failed)
                 this_round.update(measure_round(started, args.models, bodies, expected,
-                                                serve_load, args, order))
+                                                serve_load, args, order, replies))
                 rounds.append(this_round)
                 order = order[1:] + order[:1]  # the next round starts with another server
         finally:
@@ -678,22 +783,41 @@ def main(argv=None):
             libtorch[m] = libtorch_loop(loop_tool, repo_plain / m / "1" / "model.pt", m,
                                         sorted(sizes), args)
 
-        summary = {}
+        # The floor: what any server pays per request here, with each model's request and reply.
+        floors = {}
+        for m in args.models:
+            if args.floor_concurrency <= 0:
+                continue
+            if floor_tool is None:
+                floors[m] = {"error": floor_err}
+            elif m not in replies:
+                floors[m] = {"error": "no server answered this model, so there is no reply"}
+            else:
+                c.log(f"serving_bench: floor {m}")
+                floors[m] = measure_floor(floor_tool, m, bodies[m], replies[m], serve_load,
+                                          args, tmp)
+
+        summary, reachable_summary = {}, {}
         for m in args.models:
             servers = {n: (merged.get(n, {}) if "error" in merged.get(n, {})
                            else merged.get(n, {}).get(m)) for n in args.servers}
             servers = {n: f for n, f in servers.items() if f is not None}
-            ratios, targets = derive(m, {n: ({"error": merged[n]["error"]} if "error" in
-                                              merged.get(n, {}) else {m: servers[n]})
-                                         for n in servers}, libtorch[m], cores,
-                                     paired_ratios(rounds, "shoal", "shoal_unbatched", m))
+            ratios, targets, reachable = derive(
+                m, {n: ({"error": merged[n]["error"]} if "error" in merged.get(n, {})
+                        else {m: servers[n]}) for n in servers}, libtorch[m], cores,
+                paired_ratios(rounds, "shoal", "shoal_unbatched", m), floors.get(m))
             entry = result["models"][m]
             entry["servers"] = servers
             entry["libtorch_loop"] = libtorch[m]
+            if m in floors:
+                entry["floor"] = floors[m]
             entry["ratios"] = ratios
             entry["targets"] = targets
+            entry["reachable_here"] = reachable
             summary[m] = targets
+            reachable_summary[m] = reachable
         result["targets"] = summary
+        result["reachable_here"] = reachable_summary
         if notes:
             result["notes"] = notes
     c.emit(result)

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -226,6 +227,110 @@ def test_missing_body_file_exits_1(serve_load, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------
+# serve_floor: the server that only answers
+
+
+@pytest.fixture(scope="module")
+def serve_floor():
+    path = Path(e2e.SHOAL_BIN).resolve().parents[2] / "bench" / "serve_floor"
+    assert path.is_file() and os.access(path, os.X_OK), (
+        f"no serve_floor at {path} (next to SHOAL_BIN={e2e.SHOAL_BIN}); build it: "
+        "ninja -C build serve_floor")
+    return str(path)
+
+
+class Floor:
+    """serve_floor on a free loopback port, answering with `reply`."""
+
+    def __init__(self, tool, tmp_path, reply):
+        self.reply_file = tmp_path / "reply.json"
+        self.reply_file.write_bytes(reply)
+        self.proc = subprocess.Popen([tool, "--reply", str(self.reply_file), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("serve_floor: listening on http://127.0.0.1:"), (
+            line, self.proc.stderr.read() if self.proc.poll() is not None else "")
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def read_answer(sock_file):
+    """(status, headers, body) of one HTTP/1.1 answer read from a socket's file."""
+    status = int(sock_file.readline().split()[1])
+    headers = {}
+    while (line := sock_file.readline().strip()):
+        name, value = line.decode().split(":", 1)
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, sock_file.read(int(headers["content-length"]))
+
+
+def test_floor_answers_every_request_of_a_connection_with_its_reply(serve_floor, tmp_path):
+    import socket
+    reply = b'{"outputs": [{"name": "y", "data": [1.5]}]}'
+    floor = Floor(serve_floor, tmp_path, reply)
+    try:
+        with socket.create_connection(("127.0.0.1", floor.port), timeout=10) as sock:
+            post = (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+                    b"content-length: 5\r\n\r\nhello")
+            get = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+            # Two requests in one send (pipelined), then one split mid-header and mid-body.
+            sock.sendall(post + get)
+            f = sock.makefile("rb")
+            for _ in range(2):
+                status, headers, body = read_answer(f)
+                assert (status, body) == (200, reply)
+                assert headers["content-type"] == "application/json"
+            sock.sendall(post[:20])
+            time.sleep(0.1)
+            sock.sendall(post[20:-2])
+            # The header is whole but two bytes of the body are missing: no answer yet.
+            sock.settimeout(0.3)
+            with pytest.raises(socket.timeout):
+                sock.recv(1, socket.MSG_PEEK)
+            sock.settimeout(10)
+            sock.sendall(post[-2:])
+            assert read_answer(f)[2] == reply
+    finally:
+        floor.stop()
+
+
+def test_floor_serves_a_closed_loop_without_errors(serve_floor, serve_load, body_file, tmp_path):
+    floor = Floor(serve_floor, tmp_path, b'{"ok": true}')
+    try:
+        out = run_load_json(serve_load, "--url", f"http://127.0.0.1:{floor.port}/x", "--body",
+                            body_file, "--closed", 4, "--duration", 0.5, "--warmup", 0)
+    finally:
+        floor.stop()
+    assert out["requests"] > 0 and out["errors"] == 0 and out["ok"] == out["requests"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "--reply is required"),
+    (["--reply"], "--reply needs a value"),
+    (["--reply", "R", "--port", "70000"], "--port needs a number from 0 to 65535"),
+    (["--reply", "R", "--host", "localhost"], "--host needs an IPv4 address"),
+    (["--reply", "R", "--bogus", "1"], "unknown argument '--bogus'"),
+])
+def test_floor_bad_arguments_exit_2(serve_floor, tmp_path, args, message):
+    reply = tmp_path / "r.json"
+    reply.write_bytes(b"{}")
+    proc = subprocess.run([serve_floor, *[str(reply) if a == "R" else a for a in args]],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert message in proc.stderr and "usage:" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_floor_unreadable_reply_exits_1(serve_floor, tmp_path):
+    proc = subprocess.run([serve_floor, "--reply", str(tmp_path / "none")], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 1 and "cannot read the reply file" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------
 # The FastAPI baseline
 
 
@@ -355,11 +460,7 @@ def test_baseline_metadata_and_health(baseline):
 def test_batched_over_unbatched_pairs_the_runs_of_one_round():
     """The batching target reads each round's ratio of two runs taken back to back, not the
     ratio of medians taken minutes apart; a round where either run failed is left out."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "serving_bench", e2e.REPO_ROOT / "bench" / "serving_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module()
 
     def server(**rps):
         return {"m": {"closed": {n.lstrip("c"): ({"error": "x"} if v is None else
@@ -373,3 +474,37 @@ def test_batched_over_unbatched_pairs_the_runs_of_one_round():
         {"shoal": server(c1=100, c8=300), "shoal_unbatched": server(c1=100, c8=100)},
     ]
     assert bench.paired_ratios(rounds, "shoal", "shoal_unbatched", "m") == {"1": 1.0, "8": 2.5}
+
+
+def _bench_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "serving_bench", e2e.REPO_ROOT / "bench" / "serving_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_ceilings_add_the_floor_to_the_bare_loop_per_row():
+    """A request costs the floor's CPU plus a row of the bare loop; whether that ceiling clears
+    each throughput target at all is `reachable`."""
+    bench = _bench_module()
+    floor = {"closed": {"cpu_us_per_request": 5.0},
+             "open": {"p50_ms": 0.1, "p99_ms": 1.5}}
+    libtorch = {"1": {"inferences_per_s": 100_000.0}, "64": {"inferences_per_s": 20_000.0}}
+    ratios, reachable = bench.ceilings("lstm", {"peak_rps": 15_000.0}, {"peak_rps": 2_000.0},
+                                       libtorch, floor, 64)
+    assert ratios["ceiling_rps"] == pytest.approx(1e6 / 55.0, abs=0.1)
+    assert ratios["ceiling_over_libtorch"] == pytest.approx(50 / 55, abs=1e-4)
+    assert ratios["ceiling_over_fastapi"] == pytest.approx(1e6 / 55 / 2000, abs=1e-4)
+    assert ratios["shoal_over_ceiling"] == pytest.approx(15_000 * 55 / 1e6, abs=1e-4)
+    assert ratios["floor_open_p99_over_p50"] == pytest.approx(15.0)
+    assert reachable == {"saturated_at_least_90pct_of_libtorch": True,
+                         "throughput_at_least_10x_baseline": False}
+    # A slower floor puts 90 % of the bare loop out of reach; the MLP has no 10x target.
+    ratios, reachable = bench.ceilings("mlp", {"peak_rps": 1.0}, {"peak_rps": 1.0}, libtorch,
+                                       {"closed": {"cpu_us_per_request": 6.0}}, 64)
+    assert reachable == {"saturated_at_least_90pct_of_libtorch": False}
+    # No floor figure, or no bare loop at that batch size: nothing is claimed.
+    assert bench.ceilings("lstm", None, None, libtorch, {"error": "x"}, 64) == ({}, {})
+    assert bench.ceilings("lstm", None, None, libtorch, floor, 32) == ({}, {})
