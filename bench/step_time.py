@@ -10,6 +10,9 @@ The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
   hand   the same two commands started directly with MASTER_ADDR=127.0.0.1, a free
          MASTER_PORT, RANK, WORLD_SIZE=2, LOCAL_RANK, LOCAL_WORLD_SIZE=2 and
          OMP_NUM_THREADS=1; rank 0's JSON line is read from its stdout
+  pinned `hand` with rank i bound to CPU i, as Shoal binds a `cpus: 1` task
+  hand_again  `hand` once more: the A/A pair that says what this machine can resolve
+         (hand_again/hand should be 1; its interval is the noise any comparison carries)
 The modes alternate (hand, shoal, shoal, hand, hand, ...) for --reps runs each. The
 figure compared is train.py's mean_step_ms (perf_counter around forward + backward
 with allreduce + optimizer step, averaged over every step after the first epoch).
@@ -168,7 +171,7 @@ def main():
         result["shoal_error"] = shoal_err
         c.log(f"step_time: {shoal_err}; measuring the hand-started anchor only")
 
-    modes = ["hand", "shoal", "pinned"]
+    modes = ["hand", "shoal", "pinned", "hand_again"]
     runs = {m: [] for m in modes}
     errors = {}
     with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
@@ -178,11 +181,11 @@ def main():
         counter = 0
         for rep in range(args.reps):
             # Rotate which mode goes first, so that drifts in the machine's load hit all alike.
-            order = modes[rep % 3:] + modes[:rep % 3]
+            order = modes[rep % len(modes):] + modes[:rep % len(modes)]
             for mode in order:
                 if mode in errors or (mode == "shoal" and not shoal):
                     continue
-                if mode in ("hand", "pinned"):
+                if mode in ("hand", "pinned", "hand_again"):
                     metric, ms, err = run_hand(args.python, args.epochs, args.timeout,
                                                pin=(mode == "pinned"))
                 else:
@@ -253,6 +256,16 @@ def main():
         key = f"shoal_{other}"
         result[f"step_median_ratio_{key}"] = None if not paired else round(c.median(paired), 4)
         result[f"step_median_ratio_{key}_ci95"] = bootstrap_ci(paired)
+    # The A/A pair: the same hand-started command twice per round. Its interval is how finely
+    # this machine separates two step times at all; a 1 % target can only be judged when it
+    # lies within [0.99, 1.01].
+    paired = paired_ratios(runs["hand_again"], runs["hand"], "median_step_ms")
+    result["step_median_ratio_hand_again_hand"] = (None if not paired
+                                                   else round(c.median(paired), 4))
+    aa = bootstrap_ci(paired)
+    result["step_median_ratio_hand_again_hand_ci95"] = aa
+    result["machine_resolves_1_percent"] = (None if aa is None
+                                            else aa[0] >= 0.99 and aa[1] <= 1.01)
     lo_hi = result["step_median_ratio_shoal_pinned_ci95"]
     # Shoal pins each `cpus: 1` task to a core; the pinned anchor isolates what Shoal adds
     # beyond that choice. The target: Shoal's step no more than 1% slower than the anchor's.
