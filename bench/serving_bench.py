@@ -264,14 +264,15 @@ def brief(load):
 
 
 def model_stats(url, model):
-    """(inference_count, execution_count) from shoal's /stats, or None."""
+    """(inference_count, execution_count, compute ns) from shoal's /stats, or None."""
     status, body = http_get(f"{url}/v2/models/{model}/stats")
     if status != 200:
         return None
     with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
         stats = json.loads(body)["model_stats"]
         return (sum(s["inference_count"] for s in stats),
-                sum(s["execution_count"] for s in stats))
+                sum(s["execution_count"] for s in stats),
+                sum(s["inference_stats"]["compute_infer"]["ns"] for s in stats))
     return None
 
 
@@ -306,6 +307,12 @@ def closed_point(server, model, n, bodies, serve_load, args):
     fig = brief(load)
     if before and after and after[1] > before[1]:
         fig["mean_batch_size"] = round((after[0] - before[0]) / (after[1] - before[1]), 2)
+        if after[2] > before[2]:
+            # Rows per second of the model's own execution inside the server (its batches'
+            # compute time only): the server's runtime against the bare loop, without the
+            # requests' network and HTTP path.
+            fig["compute_rows_per_s"] = round((after[0] - before[0]) * 1e9 /
+                                              (after[2] - before[2]), 1)
     c.log(f"  {server.name} {model} closed {n}: " + describe(fig))
     return fig
 
@@ -625,6 +632,9 @@ def derive(model, servers, libtorch, cores, paired_batching=None, floor=None):
             sat = c.ratio(shoal["peak_rps"], anchor["inferences_per_s"])
             ratios["saturated_shoal_over_libtorch"] = sat
             ratios["saturated_libtorch_batch_size"] = batch
+            if peak.get("compute_rows_per_s"):
+                ratios["compute_shoal_over_libtorch"] = c.ratio(peak["compute_rows_per_s"],
+                                                                anchor["inferences_per_s"])
     if good(unb) and isinstance(libtorch, dict) and "1" in libtorch:
         ratios["saturated_shoal_unbatched_over_libtorch_batch_1"] = c.ratio(
             unb["peak_rps"], libtorch["1"]["inferences_per_s"])

@@ -508,3 +508,26 @@ def test_ceilings_add_the_floor_to_the_bare_loop_per_row():
     # No floor figure, or no bare loop at that batch size: nothing is claimed.
     assert bench.ceilings("lstm", None, None, libtorch, {"error": "x"}, 64) == ({}, {})
     assert bench.ceilings("lstm", None, None, libtorch, floor, 32) == ({}, {})
+
+
+def test_derive_compares_the_server_and_its_model_time_with_the_bare_loop():
+    """At shoal's peak: its requests/s against the bare loop at the batch size it ran at, and its
+    model's own compute rate (from /stats) against the same anchor; with a floor, the ceiling."""
+    bench = _bench_module()
+    shoal = {"peak_rps": 15_000.0, "peak_concurrency": 64,
+             "closed": {"64": {"throughput_rps": 15_000.0, "p50_ms": 4.0, "p99_ms": 6.0,
+                               "errors": 0, "mean_batch_size": 60.4,
+                               "compute_rows_per_s": 19_000.0}}}
+    libtorch = {"1": {"inferences_per_s": 3_000.0}, "60": {"inferences_per_s": 20_000.0}}
+    floor = {"closed": {"cpu_us_per_request": 5.0}}
+    ratios, targets, reachable = bench.derive("lstm", {"shoal": {"lstm": shoal}}, libtorch, 1,
+                                              floor=floor)
+    assert ratios["saturated_libtorch_batch_size"] == 60
+    assert ratios["saturated_shoal_over_libtorch"] == pytest.approx(0.75)
+    assert ratios["compute_shoal_over_libtorch"] == pytest.approx(0.95)
+    assert targets["saturated_at_least_90pct_of_libtorch"] is False
+    assert ratios["ceiling_rps"] == pytest.approx(1e6 / 55.0, abs=0.1)
+    assert reachable["saturated_at_least_90pct_of_libtorch"] is True
+    # Without the baseline there is no 10x figure, met or reachable.
+    assert targets["throughput_at_least_10x_baseline"] is None
+    assert "throughput_at_least_10x_baseline" not in reachable
