@@ -317,7 +317,8 @@ def closed_point(server, model, n, bodies, serve_load, args):
     return fig
 
 
-def measure_round(servers, models, bodies, expected, serve_load, args, order, replies=None):
+def measure_round(servers, models, bodies, expected, serve_load, args, order, replies=None,
+                  after_model=None):
     """One round: {server: {model: {...}}}. Every server is up at once (each pinned to the
     server CPU, idle while another is loaded); each measurement point runs every server back to
     back, in `order`, so that the figures compared with each other are seconds apart, not minutes."""
@@ -354,6 +355,11 @@ def measure_round(servers, models, bodies, expected, serve_load, args, order, re
                                 args)
                 res["open"] = brief(load)
                 c.log(f"  {name} {m} open {rate:.0f}/s: " + describe(res["open"]))
+        if after_model is not None:
+            # The anchors of this model, seconds after its servers ran: this machine's speed
+            # drifts by tens of percent over minutes, so anchors measured at the end of the
+            # whole sweep were compared with servers measured in another phase.
+            after_model(m, results)
     for s in servers:
         for m in results[s.name]:
             results[s.name][m]["rss_mb_after"] = s.rss_mb()
@@ -484,8 +490,13 @@ def ceilings(model, shoal, base, libtorch, floor, batch):
     ratios["ceiling_over_libtorch"] = c.ratio(ceiling, anchor["inferences_per_s"])
     reachable["saturated_at_least_90pct_of_libtorch"] = (
         ratios["ceiling_over_libtorch"] >= TARGET_LIBTORCH_FRACTION)
+    consistent = True
     if shoal and shoal.get("peak_rps"):
         ratios["shoal_over_ceiling"] = c.ratio(shoal["peak_rps"], ceiling)
+        # No server beats the ceiling: above it, the machine ran faster while shoal was
+        # measured than while the anchors were, and no reachability can be read from them.
+        consistent = ratios["shoal_over_ceiling"] <= 1.0
+        ratios["ceiling_consistent"] = consistent
     if base and base.get("peak_rps"):
         ratios["ceiling_over_fastapi"] = c.ratio(ceiling, base["peak_rps"])
         if model in TARGET_SPEEDUP_MODELS:
@@ -494,6 +505,8 @@ def ceilings(model, shoal, base, libtorch, floor, batch):
     fo = (floor or {}).get("open") or {}
     if fo and "error" not in fo and fo.get("p50_ms"):
         ratios["floor_open_p99_over_p50"] = c.ratio(fo["p99_ms"], fo["p50_ms"])
+    if not consistent:
+        reachable = {k: None for k in reachable}
     return ratios, reachable
 
 
@@ -548,6 +561,48 @@ def merge_rounds(rounds):
                 out["rounds"] = len(good)
             merged[server][m] = out
     return merged
+
+
+def merge_libtorch(per_round):
+    """The bare loop's figures per batch size: medians over the rounds that ran that size."""
+    good = [r for r in per_round if isinstance(r, dict) and "error" not in r]
+    if not good:
+        errors = [r for r in per_round if isinstance(r, dict)]
+        return errors[0] if errors else {"error": "not measured"}
+    out = {}
+    for b in sorted({b for r in good for b in r}, key=int):
+        runs = [r[b] for r in good if b in r]
+        out[b] = {k: median_of([x.get(k) for x in runs]) for k in runs[0]}
+    return out
+
+
+def merge_floors(per_round):
+    """The floor's figures: medians over rounds; None when the floor was not run."""
+    runs = [r for r in per_round if isinstance(r, dict)]
+    if not runs:
+        return None
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[0]
+    out = {"concurrency": good[0].get("concurrency")}
+    for part in ("closed", "open"):
+        parts = [r[part] for r in good if isinstance(r.get(part), dict) and "error" not in r[part]]
+        if parts:
+            out[part] = {k: median_of([x.get(k) for x in parts]) for k in parts[0]}
+    if len(good) > 1:
+        out["rounds"] = len(good)
+    return out
+
+
+def nearest_batch(libtorch, batch):
+    """The bare loop's entry at `batch`, else at the nearest batch size it ran (the rounds'
+    mean batch sizes differ a little, and the median peak's may match none of them)."""
+    sizes = [int(b) for b in libtorch if str(b).isdigit() and b != "1"] if libtorch else []
+    if str(batch) in (libtorch or {}):
+        return batch
+    if not sizes or batch == 1:
+        return None
+    return min(sizes, key=lambda b: abs(b - batch))
 
 
 def derive(model, servers, libtorch, cores, paired_batching=None, floor=None):
@@ -626,8 +681,8 @@ def derive(model, servers, libtorch, cores, paired_batching=None, floor=None):
     sat = None
     if good(shoal) and isinstance(libtorch, dict) and "error" not in libtorch:
         peak = shoal["closed"].get(str(shoal.get("peak_concurrency")), {})
-        batch = max(1, round(peak.get("mean_batch_size") or 1))
-        anchor = libtorch.get(str(batch))
+        batch = nearest_batch(libtorch, max(1, round(peak.get("mean_batch_size") or 1)))
+        anchor = libtorch.get(str(batch)) if batch is not None else None
         if anchor:
             sat = c.ratio(shoal["peak_rps"], anchor["inferences_per_s"])
             ratios["saturated_shoal_over_libtorch"] = sat
@@ -638,8 +693,12 @@ def derive(model, servers, libtorch, cores, paired_batching=None, floor=None):
     if good(unb) and isinstance(libtorch, dict) and "1" in libtorch:
         ratios["saturated_shoal_unbatched_over_libtorch_batch_1"] = c.ratio(
             unb["peak_rps"], libtorch["1"]["inferences_per_s"])
-    targets["saturated_at_least_90pct_of_libtorch"] = (None if sat is None
-                                                       else sat >= TARGET_LIBTORCH_FRACTION)
+    # Above 1 the bare loop ran in a slower phase of the machine than the server: not a
+    # measurement of the target.
+    if sat is not None:
+        ratios["saturated_consistent"] = sat <= 1.0
+    targets["saturated_at_least_90pct_of_libtorch"] = (
+        None if sat is None or sat > 1.0 else sat >= TARGET_LIBTORCH_FRACTION)
     reachable = {}
     if good(shoal):
         extra, reachable = ceilings(model, shoal, base if good(base) else None, libtorch, floor,
@@ -748,6 +807,31 @@ def main(argv=None):
         rounds = []
         expected = {}  # the baseline's first answer per model, to compare the others with
         replies = {}  # an answer's bytes per model, for the floor server
+        anchor_rounds = []  # per round: {model: {"libtorch": {...}, "floor": {...}}}
+
+        def anchors(m, results):
+            """The bare loop (batch 1 and every mean batch size shoal reached in this round)
+            and the floor, for model m, right after its servers."""
+            out = anchor_rounds[-1].setdefault(m, {})
+            if loop_tool is None:
+                out["libtorch"] = {"error": loop_err}
+            else:
+                sizes = {1}
+                for f in ((results.get("shoal") or {}).get(m) or {}).get("closed", {}).values():
+                    if isinstance(f, dict) and f.get("mean_batch_size"):
+                        sizes.add(max(1, round(f["mean_batch_size"])))
+                c.log(f"  libtorch loop {m} at batch sizes {sorted(sizes)}")
+                out["libtorch"] = libtorch_loop(loop_tool, repo_plain / m / "1" / "model.pt",
+                                                m, sorted(sizes), args)
+            if args.floor_concurrency <= 0:
+                return
+            if floor_tool is None:
+                out["floor"] = {"error": floor_err}
+            elif m not in replies:
+                out["floor"] = {"error": "no server answered this model, so there is no reply"}
+            else:
+                out["floor"] = measure_floor(floor_tool, m, bodies[m], replies[m], serve_load,
+                                             args, tmp)
         started, failed = [], {}
         try:
             for name in args.servers:
@@ -767,8 +851,9 @@ def main(argv=None):
             for rep in range(args.reps):
                 c.log(f"serving_bench: round {rep + 1}/{args.reps}, order {', '.join(order)}")
                 this_round = dict(failed)
+                anchor_rounds.append({})
                 this_round.update(measure_round(started, args.models, bodies, expected,
-                                                serve_load, args, order, replies))
+                                                serve_load, args, order, replies, anchors))
                 rounds.append(this_round)
                 order = order[1:] + order[:1]  # the next round starts with another server
         finally:
@@ -779,33 +864,11 @@ def main(argv=None):
             if "error" in merged.get(name, {}):
                 result[name] = {"error": merged[name]["error"]}
 
-        # The bare libtorch loop: batch size 1 and every mean batch size shoal reached.
-        libtorch = {}
-        for m in args.models:
-            if loop_tool is None:
-                libtorch[m] = {"error": loop_err}
-                continue
-            sizes = {1}
-            for f in (merged.get("shoal", {}).get(m) or {}).get("closed", {}).values():
-                if isinstance(f, dict) and f.get("mean_batch_size"):
-                    sizes.add(max(1, round(f["mean_batch_size"])))
-            c.log(f"serving_bench: libtorch loop {m} at batch sizes {sorted(sizes)}")
-            libtorch[m] = libtorch_loop(loop_tool, repo_plain / m / "1" / "model.pt", m,
-                                        sorted(sizes), args)
-
-        # The floor: what any server pays per request here, with each model's request and reply.
-        floors = {}
-        for m in args.models:
-            if args.floor_concurrency <= 0:
-                continue
-            if floor_tool is None:
-                floors[m] = {"error": floor_err}
-            elif m not in replies:
-                floors[m] = {"error": "no server answered this model, so there is no reply"}
-            else:
-                c.log(f"serving_bench: floor {m}")
-                floors[m] = measure_floor(floor_tool, m, bodies[m], replies[m], serve_load,
-                                          args, tmp)
+        libtorch = {m: merge_libtorch([r.get(m, {}).get("libtorch") for r in anchor_rounds])
+                    for m in args.models}
+        floors = {m: merge_floors([r.get(m, {}).get("floor") for r in anchor_rounds])
+                  for m in args.models}
+        floors = {m: f for m, f in floors.items() if f is not None}
 
         summary, reachable_summary = {}, {}
         for m in args.models:

@@ -531,3 +531,38 @@ def test_derive_compares_the_server_and_its_model_time_with_the_bare_loop():
     # Without the baseline there is no 10x figure, met or reachable.
     assert targets["throughput_at_least_10x_baseline"] is None
     assert "throughput_at_least_10x_baseline" not in reachable
+
+
+def test_anchors_from_another_phase_of_the_machine_are_not_read_as_targets():
+    """A server above its ceiling, or above the bare loop at its batch size, was measured while
+    the machine ran faster than during the anchors: neither target nor reachability is read."""
+    bench = _bench_module()
+    shoal = {"peak_rps": 21_000.0, "peak_concurrency": 64,
+             "closed": {"64": {"throughput_rps": 21_000.0, "p50_ms": 4.0, "p99_ms": 6.0,
+                               "errors": 0, "mean_batch_size": 61.4}}}
+    libtorch = {"1": {"inferences_per_s": 3_000.0}, "60": {"inferences_per_s": 20_000.0}}
+    ratios, targets, reachable = bench.derive("lstm", {"shoal": {"lstm": shoal}}, libtorch, 1,
+                                              floor={"closed": {"cpu_us_per_request": 5.0}})
+    assert ratios["saturated_libtorch_batch_size"] == 60  # the nearest size the loop ran
+    assert ratios["saturated_consistent"] is False
+    assert targets["saturated_at_least_90pct_of_libtorch"] is None
+    assert ratios["ceiling_consistent"] is False
+    assert reachable == {"saturated_at_least_90pct_of_libtorch": None}
+
+
+def test_rounds_of_anchors_merge_by_medians():
+    bench = _bench_module()
+    merged = bench.merge_libtorch([{"1": {"inferences_per_s": 10.0}, "60": {"inferences_per_s": 1.0}},
+                                   {"error": "x"},
+                                   {"1": {"inferences_per_s": 30.0}, "58": {"inferences_per_s": 2.0}},
+                                   {"1": {"inferences_per_s": 20.0}}])
+    assert merged == {"1": {"inferences_per_s": 20}, "58": {"inferences_per_s": 2},
+                      "60": {"inferences_per_s": 1}}
+    assert bench.merge_libtorch([{"error": "no tool"}]) == {"error": "no tool"}
+    floors = bench.merge_floors([
+        {"concurrency": 64, "closed": {"cpu_us_per_request": 6.0}, "open": {"p50_ms": 0.1}},
+        {"concurrency": 64, "closed": {"cpu_us_per_request": 8.0}, "open": {"error": "x"}},
+        {"error": "did not start"}])
+    assert floors == {"concurrency": 64, "closed": {"cpu_us_per_request": 7.0},
+                      "open": {"p50_ms": 0.1}, "rounds": 2}
+    assert bench.merge_floors([None, None]) is None
