@@ -26,13 +26,18 @@ BASELINE = e2e.REPO_ROOT / "bench" / "serving" / "fastapi_baseline.py"
 EXAMPLES = e2e.REPO_ROOT / "examples" / "serving"
 
 
+def bench_tool(name):
+    """A benchmark binary of the build tree SHOAL_BIN is in (build/bench/NAME); missing fails."""
+    path = Path(e2e.SHOAL_BIN).resolve().parents[2] / "bench" / name
+    assert path.is_file() and os.access(path, os.X_OK), (
+        f"no {name} at {path} (next to SHOAL_BIN={e2e.SHOAL_BIN}); build it: "
+        f"ninja -C build {name}")
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def serve_load():
-    path = Path(e2e.SHOAL_BIN).resolve().parents[2] / "bench" / "serve_load"
-    assert path.is_file() and os.access(path, os.X_OK), (
-        f"no serve_load at {path} (next to SHOAL_BIN={e2e.SHOAL_BIN}); build it: "
-        "ninja -C build serve_load")
-    return str(path)
+    return bench_tool("serve_load")
 
 
 class CountingServer:
@@ -232,11 +237,7 @@ def test_missing_body_file_exits_1(serve_load, tmp_path):
 
 @pytest.fixture(scope="module")
 def serve_floor():
-    path = Path(e2e.SHOAL_BIN).resolve().parents[2] / "bench" / "serve_floor"
-    assert path.is_file() and os.access(path, os.X_OK), (
-        f"no serve_floor at {path} (next to SHOAL_BIN={e2e.SHOAL_BIN}); build it: "
-        "ninja -C build serve_floor")
-    return str(path)
+    return bench_tool("serve_floor")
 
 
 class Floor:
