@@ -13,7 +13,7 @@ The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
   pinned `hand` with rank i bound to CPU i, as Shoal binds a `cpus: 1` task
   hand_again  `hand` once more: the A/A pair that says what this machine can resolve
          (hand_again/hand should be 1; its interval is the noise any comparison carries)
-The modes alternate (hand, shoal, shoal, hand, hand, ...) for --reps runs each. The
+Each round runs every mode once, in an order shuffled afresh per round (seeded). The
 figure compared is train.py's mean_step_ms (perf_counter around forward + backward
 with allreduce + optimizer step, averaged over every step after the first epoch).
 Prints one JSON object on stdout: each mode's runs and median, the ratio shoal/hand of
@@ -23,6 +23,7 @@ the medians, and "within_1_percent" (|ratio - 1| <= 0.01).
 import argparse
 import json
 import os
+import random
 import sys
 from pathlib import Path
 
@@ -172,6 +173,7 @@ def main():
         c.log(f"step_time: {shoal_err}; measuring the hand-started anchor only")
 
     modes = ["hand", "shoal", "pinned", "hand_again"]
+    order_rng = random.Random(11)
     runs = {m: [] for m in modes}
     errors = {}
     with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
@@ -180,8 +182,10 @@ def main():
         with_env = True
         counter = 0
         for rep in range(args.reps):
-            # Rotate which mode goes first, so that drifts in the machine's load hit all alike.
-            order = modes[rep % len(modes):] + modes[:rep % len(modes)]
+            # A fresh order every round (seeded): a rotation of one fixed sequence always put
+            # the same mode after the same other, so whatever a run leaves behind for the next
+            # one (and drifts within a round) landed on one mode only.
+            order = order_rng.sample(modes, len(modes))
             for mode in order:
                 if mode in errors or (mode == "shoal" and not shoal):
                     continue
