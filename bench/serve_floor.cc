@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -197,6 +198,13 @@ class FloorServer {
 
 int main(int argc, char** argv) {
   Options options = ParseArgs(argc, argv);
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(options.reply_file, error)) {
+    std::fprintf(stderr, "serve_floor: cannot read the reply file %s: %s\n",
+                 options.reply_file.c_str(),
+                 error ? error.message().c_str() : "not a regular file");
+    return 1;
+  }
   std::ifstream file(options.reply_file, std::ios::binary);
   if (!file) {
     std::fprintf(stderr, "serve_floor: cannot read the reply file %s: %s\n",

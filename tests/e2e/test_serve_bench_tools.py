@@ -325,10 +325,13 @@ def test_floor_bad_arguments_exit_2(serve_floor, tmp_path, args, message):
     assert proc.stdout == ""
 
 
-def test_floor_unreadable_reply_exits_1(serve_floor, tmp_path):
-    proc = subprocess.run([serve_floor, "--reply", str(tmp_path / "none")], capture_output=True,
+@pytest.mark.parametrize("reply", ["none", "."])
+def test_floor_unreadable_reply_exits_1(serve_floor, tmp_path, reply):
+    # A missing file, and a directory (which opens, and would serve an empty reply).
+    proc = subprocess.run([serve_floor, "--reply", str(tmp_path / reply)], capture_output=True,
                           text=True, timeout=30)
-    assert proc.returncode == 1 and "cannot read the reply file" in proc.stderr
+    assert proc.returncode == 1 and "cannot read the reply file" in proc.stderr, proc.stderr
+    assert proc.stdout == ""
 
 
 # ------------------------------------------------------------------------------------------
