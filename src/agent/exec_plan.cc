@@ -75,7 +75,11 @@ struct ChildArgs {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  ::setpgid(0, 0);
+  // A session of its own, not only a process group, as torchrun gives its workers: with
+  // autogroup scheduling (the kernel's default on desktops and many servers) a session is a
+  // scheduling group, and tasks left in the agent's session share one group's CPU weight with
+  // each other and with the agent. A new session is also a new process group (pgid = pid).
+  if (::setsid() < 0) ::setpgid(0, 0);
   // A task never outlives its agent: if the agent dies (even by SIGKILL) the kernel kills the
   // task. Checked after, in case the agent died before the prctl took effect.
   if (a.die_with_parent) {
@@ -360,7 +364,6 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   Child child;
   child.pid = pid;
   child.pidfd.Reset(pidfd);
-  ::setpgid(pid, pid);  // fails harmlessly once the child has exec'd; it did it itself
 
   // The child has exec'd (the record is untouched) or written where it failed and exited.
   int32_t stage = *static_cast<volatile int32_t*>(&error.stage);

@@ -365,6 +365,23 @@ TEST_F(ProcessSupervisorTest, DuplicateLiveKeyIsRejected) {
   EXPECT_TRUE(recorder_.WaitExit("dup").stopped_by_request);
 }
 
+// As torchrun's workers: with autogroup scheduling a session is a scheduling group, and a task
+// left in the agent's session would share one group's CPU weight with its siblings and the agent.
+TEST_F(ProcessSupervisorTest, EachTaskLeadsASessionAndAProcessGroupOfItsOwn) {
+  auto first = supervisor_->Launch(Spec("worker:0", {"sleep", "1000"}));
+  auto second = supervisor_->Launch(Spec("worker:1", {"sleep", "1000"}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (pid_t pid : {*first, *second}) {
+    EXPECT_EQ(::getsid(pid), pid) << "task " << pid << " is not a session leader";
+    EXPECT_EQ(::getpgid(pid), pid) << "task " << pid << " does not lead its process group";
+  }
+  EXPECT_NE(::getsid(*first), ::getsid(0));
+  supervisor_->StopAll(std::chrono::milliseconds(0));
+  recorder_.WaitExit("worker:0");
+  recorder_.WaitExit("worker:1");
+}
+
 TEST_F(ProcessSupervisorTest, PinsCpuAffinity) {
   ProcessSpec spec = Spec("pinned", {"sleep", "1000"});
   spec.cpu_affinity = {0};
