@@ -15,6 +15,11 @@ The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
          2-core machine is both cores, so this is not what Shoal does)
   hand_again  `hand` once more: the A/A pair that says what this machine can resolve
          (hand_again/hand should be 1; its interval is the noise any comparison carries)
+  shoal_baseline  with --shoal-baseline PATH: `shoal` with another build, for an A/B of two
+         builds in the same rounds
+With --background-load N, N busy loops (each in a session of its own, as another user's
+work would be) run for the whole benchmark: the machine is shared, which is when the way
+the ranks are scheduled (autogroup sessions, pinning) shows in the step time.
 Each round runs every mode once, in an order shuffled afresh per round (seeded). The
 figure compared is train.py's mean_step_ms (perf_counter around forward + backward
 with allreduce + optimizer step, averaged over every step after the first epoch).
@@ -154,9 +159,20 @@ def main():
                     help=f"interpreter with torch (default {c.DEFAULT_PYTHON})")
     ap.add_argument("--timeout", type=float, default=300, help="per-run limit, s (300)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary jobs dir")
+    ap.add_argument("--shoal-baseline", metavar="PATH",
+                    help="another shoal binary, run as mode shoal_baseline in the same rounds")
+    ap.add_argument("--background-load", type=int, default=0, metavar="N",
+                    help="N busy loops, each in a session of its own, for the whole run (0)")
     args = ap.parse_args()
     if args.reps < 1 or args.epochs < 2:
         ap.error("--reps must be >= 1 and --epochs >= 2 (the first epoch is warmup)")
+    if args.background_load < 0:
+        ap.error("--background-load must be >= 0")
+    baseline = None
+    if args.shoal_baseline:
+        baseline = os.path.abspath(args.shoal_baseline)
+        if not (os.path.isfile(baseline) and os.access(baseline, os.X_OK)):
+            ap.error(f"--shoal-baseline: {args.shoal_baseline} is not an executable file")
 
     shoal, shoal_err = c.find_shoal(args.shoal)
     result = {
@@ -169,15 +185,32 @@ def main():
         "shoal_binary": shoal,
         "machine": c.machine_info(),
         "target": "shoal's median mean_step_ms within 1% of the hand-started median",
+        "shoal_baseline_binary": baseline,
+        "background_load": args.background_load,
     }
     if shoal_err:
         result["shoal_error"] = shoal_err
         c.log(f"step_time: {shoal_err}; measuring the hand-started anchor only")
 
-    modes = ["hand", "shoal", "pinned", "hand_again"]
-    order_rng = random.Random(11)
+    modes = ["hand", "shoal", "pinned", "hand_again"] + (["shoal_baseline"] if baseline else [])
     runs = {m: [] for m in modes}
     errors = {}
+    import subprocess
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], stdin=subprocess.DEVNULL,
+                             start_new_session=True) for _ in range(args.background_load)]
+    try:
+        measure(args, shoal, baseline, modes, runs, errors, result)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    summarize(modes, runs, errors, result, baseline)
+    c.emit(result)
+    return 0
+
+
+def measure(args, shoal, baseline, modes, runs, errors, result):
+    order_rng = random.Random(11)
     with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
         job = tmp / "digits-ddp-bench.yaml"
         job.write_text(job_yaml(args.python, args.epochs))
@@ -196,7 +229,8 @@ def main():
                                                pin=(mode == "pinned"))
                 else:
                     counter += 1
-                    metric, ms, err, rc = run_shoal(shoal, tmp, job, counter, args.timeout)
+                    binary = baseline if mode == "shoal_baseline" else shoal
+                    metric, ms, err, rc = run_shoal(binary, tmp, job, counter, args.timeout)
                     if err and rc == 2 and with_env:
                         # Exit 2 is "bad spec": retry once without the role's env key
                         # (train.py defaults to 1 thread anyway) before giving up.
@@ -227,6 +261,8 @@ def main():
                       f"accuracy {metric.get('value')}, "
                       f"wall {ms / 1000.0:.2f} s")
 
+
+def summarize(modes, runs, errors, result, baseline):
     for mode in modes:
         steps = [r["mean_step_ms"] for r in runs[mode] if r["mean_step_ms"] is not None]
         medians = [r["median_step_ms"] for r in runs[mode] if r.get("median_step_ms") is not None]
@@ -257,7 +293,7 @@ def main():
     # The robust figure: each run's median step (interruptions by other load fall in the
     # tail, not the median), paired with the other mode's run of the same round, and a
     # bootstrap 95% interval of the median paired ratio.
-    for other in ("hand", "pinned"):
+    for other in ("hand", "pinned") + (("shoal_baseline",) if baseline else ()):
         paired = paired_ratios(runs["shoal"], runs[other], "median_step_ms")
         key = f"shoal_{other}"
         result[f"step_median_ratio_{key}"] = None if not paired else round(c.median(paired), 4)
@@ -276,8 +312,6 @@ def main():
     # Against ranks each pinned to a core of their own: Shoal's step no more than 1 % slower.
     # (Shoal shares the job's cores among its tasks instead; on 2 cores that pins nothing.)
     result["step_within_1_percent_of_pinned"] = None if lo_hi is None else lo_hi[1] <= 1.01
-    c.emit(result)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""The step-time benchmark (bench/step_time.py) as a tool: its options are checked before
+anything runs, a short real run reports every mode, and the background load it adds is gone
+when it ends. No timing is asserted."""
+
+import json
+import os
+import subprocess
+import sys
+
+import shoal_e2e as e2e
+
+BENCH = e2e.REPO_ROOT / "bench" / "step_time.py"
+HOG_SCRIPT = "while :; do :; done"
+
+
+def run_bench(*args, timeout=300):
+    return subprocess.run([sys.executable, str(BENCH), "--shoal", e2e.SHOAL_BIN, *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def busy_loops():
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if HOG_SCRIPT.encode() in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def test_bad_options_exit_2_before_anything_runs(tmp_path):
+    r = run_bench("--background-load", "-1")
+    assert r.returncode == 2 and "--background-load" in r.stderr, r.stderr
+    r = run_bench("--shoal-baseline", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
+    r = run_bench("--shoal-baseline", str(tmp_path))  # a directory
+    assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_a_short_run_reports_every_mode_and_stops_its_background_load():
+    assert busy_loops() == [], "a busy loop of another run is still alive"
+    r = run_bench("--reps", "1", "--epochs", "2", "--background-load", "1",
+                  "--shoal-baseline", e2e.SHOAL_BIN)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["background_load"] == 1
+    assert result["shoal_baseline_binary"] == os.path.abspath(e2e.SHOAL_BIN)
+    for mode in ("hand", "shoal", "pinned", "hand_again", "shoal_baseline"):
+        assert "error" not in result[mode], (mode, result[mode])
+        runs = result[mode]["runs"]
+        assert len(runs) == 1 and runs[0]["median_step_ms"] > 0, (mode, runs)
+    # One round: one paired ratio, too few for an interval.
+    assert result["step_median_ratio_shoal_shoal_baseline"] > 0
+    assert result["step_median_ratio_shoal_shoal_baseline_ci95"] is None
+    assert busy_loops() == [], "the benchmark left its background load running"
