@@ -115,6 +115,10 @@ class MasterLink {
 
 namespace {
 
+// Past this much output held for the master, the batch goes at once (and stays far below
+// gRPC's 4 MiB message limit).
+constexpr size_t kMaxHeldOutputBytes = 256 * 1024;
+
 std::string KeyOf(const std::string& role, uint32_t index) {
   return absl::StrCat(role, ":", index);
 }
@@ -212,15 +216,20 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
       std::move(sdk_callbacks));
   if (!sdk.ok()) return sdk.status();
   agent->sdk_ = std::move(*sdk);
+  agent->log_batcher_ = std::make_unique<LogBatcher>(
+      agent->options_.log_flush_window, kMaxHeldOutputBytes,
+      [self](const std::string& key, OutputStream stream, std::string data) {
+        v1::AgentMessage m;
+        auto [role, index] = SplitKey(key);
+        m.mutable_log()->mutable_task()->set_role(role);
+        m.mutable_log()->mutable_task()->set_index(index);
+        m.mutable_log()->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
+                                                                    : v1::LogChunk::STREAM_STDOUT);
+        m.mutable_log()->set_data(std::move(data));
+        self->Send(m);
+      });
   callbacks.on_output = [self](const std::string& key, OutputStream stream, std::string_view data) {
-    v1::AgentMessage m;
-    auto [role, index] = SplitKey(key);
-    m.mutable_log()->mutable_task()->set_role(role);
-    m.mutable_log()->mutable_task()->set_index(index);
-    m.mutable_log()->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
-                                                                : v1::LogChunk::STREAM_STDOUT);
-    m.mutable_log()->set_data(std::string(data));
-    self->Send(m);
+    self->log_batcher_->Add(key, stream, data);
   };
   callbacks.on_exit = [self](const std::string& key, const ProcessExit& exit) {
     self->OnExit(key, exit);
@@ -256,6 +265,7 @@ void Agent::Shutdown() {
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (supervisor_ready_.valid()) supervisor_ready_.wait();
   supervisor_.reset();  // kills anything left
+  log_batcher_->Flush();  // what the tasks wrote last
   sdk_.reset();
   link_->Finish();
 }
@@ -285,6 +295,7 @@ void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
   e->set_exit_code(exit.exit_code);
   e->set_signal(exit.signal);
   e->set_stopped_by_agent(exit.stopped_by_request);
+  log_batcher_->Flush();  // the task's last words before its exit
   if (exit.oom_killed) {
     v1::AgentMessage notice;
     notice.set_notice(absl::StrCat(key, " was killed for exceeding its memory limit"));
@@ -355,12 +366,14 @@ int Agent::Run() {
   StopTasksAndWait(exit_code == 0 ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(0));
   shutting_down_ = true;
   cv_.notify_all();
+  log_batcher_->Flush();
   link_->Finish();
   return exit_code;
 }
 
 void Agent::RequestStop(const std::string& why) {
   if (!why.empty()) {
+    log_batcher_->Flush();
     v1::AgentMessage leaving;
     leaving.set_leaving(why);
     link_->Send(leaving);

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "agent/agent_watchdog.h"
+#include "agent/log_batcher.h"
 #include "agent/process_supervisor.h"
 #include "agent/sdk_server.h"
 
@@ -51,6 +52,9 @@ struct AgentOptions {
   // the agent and everything under it (agent_watchdog.h). Zero: no watchdog.
   std::chrono::milliseconds watchdog_limit{0};
   std::string shoal_binary;
+  // Task output is held this long and sent as one chunk per task stream (log_batcher.h);
+  // a task's output always reaches the master before its exit. Zero: every read at once.
+  std::chrono::milliseconds log_flush_window{100};
 };
 
 // Runs on one node: dials the master, launches what it is told, reports facts (started, output,
@@ -90,6 +94,7 @@ class Agent {
   std::unique_ptr<ProcessSupervisor> supervisor_;  // set once supervisor_ready_ is ready
   std::shared_future<absl::Status> supervisor_ready_;
   std::unique_ptr<MasterLink> link_;
+  std::unique_ptr<LogBatcher> log_batcher_;
   std::unique_ptr<SdkServer> sdk_;
   std::thread heartbeat_thread_;
   std::unique_ptr<AgentWatchdog> watchdog_;

@@ -274,6 +274,10 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
   options.watchdog_limit = std::chrono::milliseconds(flags.watchdog_ms);
+  options.log_flush_window = std::chrono::milliseconds(flags.log_flush_ms);
+  if (const char* flush = std::getenv("SHOAL_AGENT_LOG_FLUSH_MS")) {
+    options.log_flush_window = std::chrono::milliseconds(std::strtoul(flush, nullptr, 10));
+  }
   options.shoal_binary = flags.shoal_binary;
   if (flags.heartbeat_interval_ms != 0) {
     options.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);

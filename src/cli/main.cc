@@ -189,6 +189,8 @@ int RunShoal(int argc, char** argv) {
                         "How often to heartbeat (0: the default, 1000)");
   agent_cmd->add_option("--watchdog-ms", agent.watchdog_ms,
                         "Kill the agent and its tasks when it sends no heartbeat this long (0: never)");
+  agent_cmd->add_option("--log-flush-ms", agent.log_flush_ms,
+                        "Send task output to the master in batches at most this old (0: every read)");
   agent_cmd->add_option("--slurm-place", agent.slurm_place,
                         "ROLE:RANK,...: serve the place of Slurm task SLURM_PROCID with the GPUs Slurm bound");
   agent_cmd->add_flag("--gpus-from-env", agent.gpus_from_env,

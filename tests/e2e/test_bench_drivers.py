@@ -1,6 +1,6 @@
-"""The step-time benchmark (bench/step_time.py) as a tool: its options are checked before
-anything runs, a short real run reports every mode, and the background load it adds is gone
-when it ends. No timing is asserted."""
+"""Benchmark drivers as tools: bench/step_time.py checks its options before anything runs,
+a short real run reports every mode and the background load it adds is gone when it ends;
+bench/log_forwarding.py shows every line in both of its modes. No timing is asserted."""
 
 import json
 import os
@@ -59,3 +59,19 @@ def test_a_short_run_reports_every_mode_and_stops_its_background_load():
     assert result["step_median_ratio_shoal_shoal_baseline"] > 0
     assert result["step_median_ratio_shoal_shoal_baseline_ci95"] is None
     assert busy_loops() == [], "the benchmark left its background load running"
+
+
+LOG_BENCH = e2e.REPO_ROOT / "bench" / "log_forwarding.py"
+
+
+def test_log_forwarding_shows_every_line_batched_and_per_read():
+    r = subprocess.run([sys.executable, str(LOG_BENCH), "--shoal", e2e.SHOAL_BIN, "--reps", "1",
+                        "--rate", "300", "--seconds", "4"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    for mode in ("batched", "per_read"):
+        assert result[mode]["every_line_shown"], result["runs"][mode]
+        run = result["runs"][mode][0]
+        assert run["shoal_processes"] == 3, run  # client, master, agent
+        assert run["lines_printed"] > 0 and run["lines_shown"] == run["lines_printed"], run
