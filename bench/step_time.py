@@ -161,6 +161,9 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the temporary jobs dir")
     ap.add_argument("--shoal-baseline", metavar="PATH",
                     help="another shoal binary, run as mode shoal_baseline in the same rounds")
+    ap.add_argument("--modes", default="hand,shoal,pinned,hand_again",
+                    help="the modes to run, comma-separated; hand is always run (all four; "
+                         "fewer modes fit more rounds into the same time)")
     ap.add_argument("--background-load", type=int, default=0, metavar="N",
                     help="N busy loops, each in a session of its own, for the whole run (0)")
     args = ap.parse_args()
@@ -168,6 +171,11 @@ def main():
         ap.error("--reps must be >= 1 and --epochs >= 2 (the first epoch is warmup)")
     if args.background_load < 0:
         ap.error("--background-load must be >= 0")
+    known = ("hand", "shoal", "pinned", "hand_again")
+    chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in known]
+    if unknown:
+        ap.error(f"--modes: unknown mode {unknown[0]!r} (known: {', '.join(known)})")
     baseline = None
     if args.shoal_baseline:
         baseline = os.path.abspath(args.shoal_baseline)
@@ -192,9 +200,12 @@ def main():
         result["shoal_error"] = shoal_err
         c.log(f"step_time: {shoal_err}; measuring the hand-started anchor only")
 
-    modes = ["hand", "shoal", "pinned", "hand_again"] + (["shoal_baseline"] if baseline else [])
-    runs = {m: [] for m in modes}
-    errors = {}
+    modes = [m for m in known if m == "hand" or m in chosen] + (["shoal_baseline"] if baseline
+                                                                 else [])
+    reported = list(known) + (["shoal_baseline"] if baseline else [])
+    runs = {m: [] for m in reported}
+    errors = {m: "not run (--modes)" for m in reported if m not in modes}
+    result["modes"] = modes
     import subprocess
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"], stdin=subprocess.DEVNULL,
                              start_new_session=True) for _ in range(args.background_load)]
@@ -204,7 +215,7 @@ def main():
         for hog in hogs:
             hog.kill()
             hog.wait()
-    summarize(modes, runs, errors, result, baseline)
+    summarize(reported, runs, errors, result, baseline)
     c.emit(result)
     return 0
 

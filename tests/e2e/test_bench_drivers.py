@@ -40,6 +40,8 @@ def test_bad_options_exit_2_before_anything_runs(tmp_path):
     assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
     r = run_bench("--shoal-baseline", str(tmp_path))  # a directory
     assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
+    r = run_bench("--modes", "hand,shoal,hnad")
+    assert r.returncode == 2 and "unknown mode 'hnad'" in r.stderr, r.stderr
     assert r.stdout == ""
 
 
