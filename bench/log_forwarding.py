@@ -15,8 +15,10 @@ count last). Prints one JSON object on stdout.
 """
 
 import argparse
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -43,7 +45,6 @@ def job_yaml(python, tasks, rate, seconds):
               "    if pause > 0:\n"
               "        time.sleep(pause)\n"
               "print('total', n, flush=True)\n")
-    import json
     return ("name: chatty\n"
             "roles:\n"
             "  worker:\n"
@@ -119,7 +120,7 @@ def run_once(shoal, tmp, job, mode, counter, args):
         rc = p.wait(timeout=args.seconds + 60)
     finally:
         if p.poll() is None:
-            os.killpg(p.pid, 9)
+            os.killpg(p.pid, signal.SIGKILL)
             p.wait()
     text = out_path.read_text(errors="replace")
     totals = {m.group(1): int(m.group(2)) for m in map(TOTAL_RE.match, text.splitlines()) if m}

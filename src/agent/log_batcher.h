@@ -16,7 +16,7 @@ namespace shoal::agent {
 
 // Gathers task output for a short window before it goes to the master. A task that flushes
 // every line would otherwise cost one message per line through agent, master and client: with
-// ~2,000 lines/s, 30 % of a core of Shoal's processes next to the training they watch. One
+// ~2,000 lines/s, ~40 % of a core of Shoal's processes next to the training they watch. One
 // window's output of a task stream goes out as one chunk, in order.
 //
 // Thread-safe. The sink is called from one thread at a time, in the order the output arrived

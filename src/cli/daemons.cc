@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
@@ -30,6 +31,25 @@
 #include "spec/spec_parser.h"
 
 namespace shoal::cli {
+
+namespace {
+
+// A tunable of milliseconds from the environment (docs/configuration.md). A value that is not
+// a whole number up to one hour (a typo, a negative number that strtoul would wrap) is named
+// in a warning and the default kept: a tunable never silently becomes 0 or ~forever.
+std::optional<uint32_t> EnvMilliseconds(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return std::nullopt;
+  uint32_t ms = 0;
+  if (!absl::SimpleAtoi(text, &ms) || ms > 3'600'000) {
+    spdlog::warn("{}='{}' is not a number of milliseconds from 0 to 3600000; ignoring it", name,
+                 text);
+    return std::nullopt;
+  }
+  return ms;
+}
+
+}  // namespace
 namespace {
 
 // Runs `on_signal` on a dedicated thread at SIGTERM/SIGINT. Signals must already be blocked in
@@ -161,13 +181,13 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
   options.shoal_binary = shoal_binary;
   options.recover = recover;
   // Tunables for operators and tests; documented in docs/configuration.md.
-  if (const char* grace = std::getenv("SHOAL_AGENT_MASTER_GRACE_MS")) {
-    options.agent_master_grace_ms = static_cast<uint32_t>(std::strtoul(grace, nullptr, 10));
+  if (auto grace = EnvMilliseconds("SHOAL_AGENT_MASTER_GRACE_MS")) {
+    options.agent_master_grace_ms = *grace;
   }
   options.heartbeat_interval = spec->heartbeat.interval;
   options.heartbeat_misses = static_cast<int>(spec->heartbeat.misses);
-  if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
-    options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
+  if (auto hb = EnvMilliseconds("SHOAL_HEARTBEAT_INTERVAL_MS")) {
+    options.heartbeat_interval = std::chrono::milliseconds(*hb);
   }
   auto master = master::Master::Create(std::move(options), std::move(backend));
   if (!master.ok()) {
@@ -275,15 +295,15 @@ int RunAgentDaemon(const AgentFlags& flags) {
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);
   options.watchdog_limit = std::chrono::milliseconds(flags.watchdog_ms);
   options.log_flush_window = std::chrono::milliseconds(flags.log_flush_ms);
-  if (const char* flush = std::getenv("SHOAL_AGENT_LOG_FLUSH_MS")) {
-    options.log_flush_window = std::chrono::milliseconds(std::strtoul(flush, nullptr, 10));
+  if (auto flush = EnvMilliseconds("SHOAL_AGENT_LOG_FLUSH_MS")) {
+    options.log_flush_window = std::chrono::milliseconds(*flush);
   }
   options.shoal_binary = flags.shoal_binary;
   if (flags.heartbeat_interval_ms != 0) {
     options.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);
   }
-  if (const char* hb = std::getenv("SHOAL_HEARTBEAT_INTERVAL_MS")) {
-    options.heartbeat_interval = std::chrono::milliseconds(std::strtoul(hb, nullptr, 10));
+  if (auto hb = EnvMilliseconds("SHOAL_HEARTBEAT_INTERVAL_MS")) {
+    options.heartbeat_interval = std::chrono::milliseconds(*hb);
   }
   const std::string work_dir = options.work_dir;
   auto agent = agent::Agent::Create(std::move(options));

@@ -106,3 +106,24 @@ def test_logs_follow_runs_until_the_job_ends(tmp_path, write_job, detach_job, st
         "worker:0 | before", "worker:0 | after 1", "worker:0 | after 2", "worker:0 | after 3"]
     assert wait_for_state(job_id, lambda s: s["state"] in e2e.TERMINAL_JOB_STATES, 30,
                           "the job to end")["state"] == "succeeded"
+
+
+def test_output_batching_is_tunable_and_a_bad_value_is_named_and_ignored(write_file, write_job,
+                                                                         run_shoal, jobs_dir):
+    write_file("chatty.py", CHATTY)
+    job = write_job("""
+        name: chatty
+        roles:
+          worker:
+            instances: 2
+            command: ["/usr/bin/python3", "chatty.py"]
+            resources: {cpus: 0.5}
+        """)
+    # 0: every read goes at once (the old way); -5 would wrap to ~forever through strtoul.
+    for value in ("0", "-5"):
+        r = run_shoal("run", "-q", job, timeout=120, env={"SHOAL_AGENT_LOG_FLUSH_MS": value})
+        assert r.returncode == 0, r.stderr
+        check_prefixed(r.stdout.splitlines(), f"shoal run, SHOAL_AGENT_LOG_FLUSH_MS={value}")
+    newest = max(e2e.job_dirs(jobs_dir), key=lambda d: d.stat().st_mtime)
+    said = "".join(p.read_text(errors="replace") for p in newest.rglob("*.log"))
+    assert "SHOAL_AGENT_LOG_FLUSH_MS='-5' is not a number of milliseconds" in said, said[-2000:]
