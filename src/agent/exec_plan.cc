@@ -224,9 +224,27 @@ namespace {
 
 int ChildEntry(void* args) { RunChild(*static_cast<const ChildArgs*>(args)); }
 
-// The child's stack while it shares our memory. Only one spawn runs at a time (the supervisor
-// serialises launches), so one stack serves every spawn.
+// The child's stack while it shares our memory: one per spawning thread, kept for the thread's
+// life. Spawns run on several threads at once (a master starts TensorBoard while its backend
+// starts agents), and two children on one stack smash each other's frames; under CLONE_VFORK a
+// thread's own child is done with the stack before the thread can spawn again.
 constexpr size_t kChildStackSize = 256 * 1024;
+
+class ChildStack {
+ public:
+  ChildStack()
+      : base_(::mmap(nullptr, kChildStackSize, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0)) {}
+  ~ChildStack() {
+    if (base_ != MAP_FAILED) ::munmap(base_, kChildStackSize);
+  }
+  ChildStack(const ChildStack&) = delete;
+  ChildStack& operator=(const ChildStack&) = delete;
+  char* base() const { return base_ == MAP_FAILED ? nullptr : static_cast<char*>(base_); }
+
+ private:
+  void* const base_;
+};
 
 // The kernel's struct clone_args (linux/sched.h, version 2: 88 bytes), spelt out here because
 // that header clashes with <sched.h>.
@@ -318,9 +336,9 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   args.working_dir = working_dir_.empty() ? nullptr : working_dir_.c_str();
   args.cpus = pin_cpus_ ? &cpus_ : nullptr;
 
-  static char* stack = static_cast<char*>(::mmap(nullptr, kChildStackSize, PROT_READ | PROT_WRITE,
-                                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0));
-  if (stack == MAP_FAILED) return ErrnoStatus("allocate the child's stack", ENOMEM);
+  thread_local ChildStack child_stack;
+  char* stack = child_stack.base();
+  if (stack == nullptr) return ErrnoStatus("allocate the child's stack", ENOMEM);
 
   // clone(CLONE_VM | CLONE_VFORK), as posix_spawn does: no copy of the agent's page tables (a
   // fork of a process holding gRPC took 2-3 ms; this takes a fraction), and this thread sleeps

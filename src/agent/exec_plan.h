@@ -28,16 +28,17 @@ class ExecPlan {
   };
 
   // Starts a child (clone with CLONE_VM | CLONE_VFORK, like posix_spawn) that resets its signal
-  // dispositions and mask, makes itself leader of a new process group, is born in the cgroup v2
-  // directory `into_cgroup_fd` (-1: none; clone3 CLONE_INTO_CGROUP), joins the cgroups whose
-  // cgroup.procs files are given, redirects stdio to the given fds (0-2 in the child), chdirs,
-  // pins its CPUs, marks every other fd close-on-exec and execs. Returns once exec succeeded, as
-  // reported through a close-on-exec pipe. Errors (a cgroup that cannot be joined, a missing
-  // binary, a bad working directory, EACCES...) name the command and the errno text; the failed
-  // child has been reaped by then. The fds are not consumed; the caller closes its copies.
+  // dispositions and mask, leads a new session (and so a new process group), is born in the
+  // cgroup v2 directory `into_cgroup_fd` (-1: none; clone3 CLONE_INTO_CGROUP), joins the cgroups
+  // whose cgroup.procs files are given, redirects stdio to the given fds (0-2 in the child),
+  // chdirs, pins its CPUs, marks every other fd close-on-exec and execs. Returns once exec
+  // succeeded: the child writes a failure straight into this thread's memory before it exits.
+  // Errors (a cgroup that cannot be joined, a missing binary, a bad working directory,
+  // EACCES...) name the command and the errno text; the failed child has been reaped by then.
+  // The fds are not consumed; the caller closes its copies.
   // The child gets PR_SET_PDEATHSIG(SIGKILL): it dies with the calling *thread*, so call this
   // from a thread that lives as long as the agent (the agent launches from its main thread).
-  // REQUIRES: calls are serialised (one child stack is shared).
+  // Thread-safe: each calling thread has a child stack of its own.
   absl::StatusOr<Child> Spawn(int stdin_fd, int stdout_fd, int stderr_fd, int into_cgroup_fd,
                               const std::vector<std::string>& cgroup_procs) const;
 
