@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/free_ports.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "shoal/v1/shoal.grpc.pb.h"
@@ -126,31 +127,6 @@ std::string KeyOf(const std::string& role, uint32_t index) {
 std::pair<std::string, uint32_t> SplitKey(const std::string& key) {
   size_t colon = key.rfind(':');
   return {key.substr(0, colon), static_cast<uint32_t>(std::stoul(key.substr(colon + 1)))};
-}
-
-// Ports the kernel hands out as free right now. Another process could take one before the task
-// binds it; the window is short and the task reports the failure like any other.
-std::vector<uint32_t> FindFreePorts(uint32_t count) {
-  std::vector<int> fds;
-  std::vector<uint32_t> ports;
-  for (uint32_t i = 0; i < count; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = 0;
-    socklen_t len = sizeof(addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ::close(fd);
-      break;
-    }
-    fds.push_back(fd);  // held open until all are found, so no port repeats
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
 }
 
 // The address of this node as the master sees it: the source address the kernel would use to
@@ -320,7 +296,7 @@ bool Agent::Connect() {
   i->set_cpus(inv.cpus);
   i->set_memory_bytes(inv.memory_bytes);
   for (const auto& g : inv.gpus) i->add_gpus(g);
-  for (uint32_t p : FindFreePorts(options_.ports)) r->add_free_ports(p);
+  for (uint32_t p : FindFreePorts(options_.ports, TaskPortRange(EphemeralPortRange()))) r->add_free_ports(p);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& key : live_) {

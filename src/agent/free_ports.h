@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shoal::agent {
+
+struct PortRange {
+  uint32_t low = 0;   // inclusive
+  uint32_t high = 0;  // inclusive
+};
+
+// The kernel's ephemeral range (net.ipv4.ip_local_port_range): where a bind to port 0 and the
+// source port of every outgoing connection come from. Linux's default when it cannot be read.
+PortRange EphemeralPortRange(const std::string& proc_file = "/proc/sys/net/ipv4/ip_local_port_range");
+
+// Where the ports for a job's tasks are taken from: the 10,000 ports just below the ephemeral
+// range. A port found free inside that range and handed to a task (MASTER_PORT, TF_CONFIG)
+// stays unbound until the task binds it, and meanwhile any port-0 bind on the machine (a
+// TensorBoard beside the job, another job's rendezvous) or outgoing connection could be given
+// the very same port; below the range the kernel never hands it out by itself.
+PortRange TaskPortRange(const PortRange& ephemeral);
+
+// `count` distinct ports that nothing on this machine is bound to now (IPv4, any address),
+// tried from a random point of `range` onwards so that agents starting together rarely pick
+// the same; past the range, ports the kernel picks. Another process could still bind one
+// before the task does; a task that cannot bind reports it like any other failure.
+std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range);
+
+}  // namespace shoal::agent
