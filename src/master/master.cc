@@ -343,15 +343,18 @@ std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs, std::function<void()> 
   // On the loop, so the first status and every later event arrive in order. Not waited for:
   // the caller is a gRPC reaction, which must not block on the loop.
   loop_.Post([this, queue] {
-    std::string snapshot;
+    v1::WatchEvent event;
+    v1::WatchEvent omitted;
+    omitted.set_notice(absl::StrCat("earlier output is not repeated here; every line is in ",
+                                    options_.job_dir, "/logs.txt"));
     {
+      // Under the lock: nothing published meanwhile is missed or sent twice.
       std::lock_guard<std::mutex> lock(mu_);
-      snapshot = status_snapshot_;
+      event.mutable_status()->ParseFromString(status_snapshot_);
+      queue->Push(event.SerializeAsString(), false);
+      watch_backlog_.ReplayTo(*queue, omitted.SerializeAsString());
       watchers_.push_back(queue);
     }
-    v1::WatchEvent event;
-    event.mutable_status()->ParseFromString(snapshot);
-    queue->Push(event.SerializeAsString(), false);
     if (IsTerminal(phase_) && finished_unix_ms_ != 0) queue->Close();
   });
   return queue;
@@ -774,18 +777,15 @@ void Master::OnLog(const v1::AgentMessage& message) {
 }
 
 void Master::PublishLogLines(const std::string& lines) {
-  std::string serialized;
+  v1::WatchEvent event;
+  event.mutable_log()->set_data(lines);
+  std::string serialized = event.SerializeAsString();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : watchers_) {
     auto q = w.lock();
-    if (!q || !q->wants_logs()) continue;
-    if (serialized.empty()) {
-      v1::WatchEvent event;
-      event.mutable_log()->set_data(lines);
-      serialized = event.SerializeAsString();
-    }
-    q->Push(serialized, true);
+    if (q && q->wants_logs()) q->Push(serialized, true);
   }
+  watch_backlog_.Add(serialized, true);
 }
 
 void Master::EmitNotice(const std::string& notice) {
@@ -796,6 +796,7 @@ void Master::EmitNotice(const std::string& notice) {
   for (auto& w : watchers_) {
     if (auto q = w.lock()) q->Push(serialized, false);
   }
+  watch_backlog_.Add(serialized, false);
 }
 
 void Master::OnPlaceLost(const std::string& node, const std::string& why) {

@@ -25,6 +25,7 @@
 #include "master/failure_policy.h"
 #include "master/job_state.h"
 #include "master/placement.h"
+#include "master/watch_queue.h"
 #include "spec/job_spec.h"
 
 namespace grpc {
@@ -42,7 +43,6 @@ namespace shoal::master {
 class MasterService;
 class ShardTable;
 class TaskLogs;
-class WatchQueue;
 
 struct MasterOptions {
   std::string job_id;
@@ -291,6 +291,8 @@ class Master {
   bool finished_ = false;
   std::string status_snapshot_;  // serialized v1::JobStatus, refreshed after each batch
   std::vector<std::weak_ptr<WatchQueue>> watchers_;
+  // What watchers were sent, for those that attach later; 1 MiB of output is many screens.
+  WatchBacklog watch_backlog_{1 << 20};
 };
 
 }  // namespace shoal::master

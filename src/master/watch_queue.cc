@@ -1,5 +1,7 @@
 #include "master/watch_queue.h"
 
+#include <algorithm>
+
 namespace shoal::master {
 
 void WatchQueue::Push(std::string event, bool is_log) {
@@ -26,6 +28,28 @@ WatchQueue::Next WatchQueue::TryPop(std::string* out, bool* more) {
   events_.pop_front();
   *more = !events_.empty();
   return Next::kEvent;
+}
+
+void WatchBacklog::Add(const std::string& event, bool is_log) {
+  entries_.push_back({event, is_log});
+  if (!is_log) return;
+  output_bytes_ += event.size();
+  while (output_bytes_ > max_output_bytes_) {
+    // Notices are rare, so the oldest output chunk is near the front.
+    auto oldest = std::find_if(entries_.begin(), entries_.end(),
+                               [](const Entry& e) { return e.is_log; });
+    output_bytes_ -= oldest->event.size();
+    omitted_output_bytes_ += oldest->event.size();
+    entries_.erase(oldest);
+  }
+}
+
+void WatchBacklog::ReplayTo(WatchQueue& queue, const std::string& omitted_notice) const {
+  if (queue.wants_logs() && omitted_output_bytes_ > 0) queue.Push(omitted_notice, false);
+  for (const auto& e : entries_) {
+    if (e.is_log && !queue.wants_logs()) continue;
+    queue.Push(e.event, e.is_log);
+  }
 }
 
 }  // namespace shoal::master

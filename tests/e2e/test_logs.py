@@ -108,6 +108,33 @@ def test_logs_follow_runs_until_the_job_ends(tmp_path, write_job, detach_job, st
                           "the job to end")["state"] == "succeeded"
 
 
+def test_a_client_that_attaches_late_still_sees_the_jobs_first_lines(tmp_path, write_job,
+                                                                    detach_job, start_shoal,
+                                                                    jobs_dir):
+    # `shoal run` attaches moments after its master starts; here the gap is made long on purpose
+    # (`run --detach`, then `resume` once the first lines are out) so the replay is certain to
+    # be what shows them.
+    gate = tmp_path / "gate"
+    job = write_job(f"""
+        name: late
+        roles:
+          worker:
+            command: ["/bin/sh", "-c", "echo first; echo second >&2; while [ ! -e {gate} ]; do sleep 0.05; done; echo after"]
+            resources: {{cpus: 0.5}}
+        """)
+    job_id = detach_job(job)
+    logs = jobs_dir / job_id / "logs.txt"
+    e2e.wait_until(lambda: logs.exists() and "worker:0 | second" in logs.read_text(), 30,
+                   "the first lines to reach the job's logs")
+    follower = start_shoal("resume", job_id)
+    e2e.wait_until(lambda: "worker:0 | second" in follower.stdout(), 30,
+                   "the attached client to print the lines from before it attached")
+    gate.write_text("go")
+    assert follower.wait(60) == 0, follower.stderr()
+    assert sorted(follower.stdout().splitlines()) == [
+        "worker:0 | after", "worker:0 | first", "worker:0 | second"], follower.stdout()
+
+
 def test_output_batching_is_tunable_and_a_bad_value_is_named_and_ignored(write_file, write_job,
                                                                          run_shoal, jobs_dir):
     write_file("chatty.py", CHATTY)
