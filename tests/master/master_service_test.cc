@@ -3,6 +3,7 @@
 // the agents itself over the real protocol.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,7 +20,11 @@ namespace {
 
 class GrantOnlyBackend final : public backends::Backend {
  public:
+  explicit GrantOnlyBackend(bool signals_tasks_from_outside = false)
+      : signals_tasks_from_outside_(signals_tasks_from_outside) {}
   std::string Name() const override { return "test"; }
+  // Like Slurm's and YARN's: their resource manager signals tasks and agents itself.
+  bool SignalsTasksFromOutside() const override { return signals_tasks_from_outside_; }
   absl::StatusOr<std::vector<backends::NodeGrant>> Acquire(const spec::JobSpec&,
                                                            const std::string&) override {
     backends::NodeGrant grant;
@@ -35,6 +40,9 @@ class GrantOnlyBackend final : public backends::Backend {
   void SetPlaceLostCallback(PlaceLostCallback) override {}
   void TerminatePlace(const std::string&) override {}
   void Release() override {}
+
+ private:
+  const bool signals_tasks_from_outside_;
 };
 
 class MasterServiceTest : public ::testing::Test {
@@ -61,13 +69,16 @@ class MasterServiceTest : public ::testing::Test {
     options.token = "right-token";
     options.clock = &clock_;
     options.heartbeat_interval = std::chrono::milliseconds(20);
-    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>());
+    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>(
+                                         SignalsTasksFromOutside()));
     ASSERT_TRUE(m.ok()) << m.status();
     master_ = std::move(*m);
     ASSERT_TRUE(master_->Start().ok());
     stub_ = v1::Master::NewStub(
         grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
   }
+
+  virtual bool SignalsTasksFromOutside() const { return false; }
 
   void TearDown() override {
     if (master_) master_->Kill("test over");
@@ -255,6 +266,94 @@ TEST_F(MasterServiceTest, SilentAgentIsDeclaredLostOnceItsHeartbeatsAreMissed) {
   EXPECT_EQ(silent[0].value("node", ""), "node-a");
   ctx.TryCancel();
   stream->Finish();
+}
+
+class ResourceManagerSignalsTasksTest : public MasterServiceTest {
+ protected:
+  bool SignalsTasksFromOutside() const override { return true; }
+
+  // Plays the agent of node-a until its task runs; returns the task's id.
+  v1::TaskId StartTheTask(grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>* stream) {
+    EXPECT_TRUE(stream->Write(Registration("node-a", 1)));
+    v1::MasterMessage reply;
+    while (stream->Read(&reply) && !reply.has_launch()) {
+    }
+    EXPECT_TRUE(reply.has_launch());
+    v1::AgentMessage started;
+    *started.mutable_task_started()->mutable_task() = reply.launch().task();
+    started.mutable_task_started()->set_pid(4242);
+    EXPECT_TRUE(stream->Write(started));
+    return reply.launch().task();
+  }
+
+  // Moves the fake clock on until the job has finished; returns its journal record. With
+  // `agent`, heartbeats on it as it goes, so that the agent is never silent for long.
+  nlohmann::json FinishedAfterSettling(
+      grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>* agent = nullptr) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (Events("job_finished").empty() && std::chrono::steady_clock::now() < deadline) {
+      if (agent != nullptr) {
+        v1::AgentMessage beat;
+        beat.mutable_heartbeat()->set_sequence(1);
+        agent->Write(beat);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      clock_.Advance(std::chrono::milliseconds(agent != nullptr ? 20 : 500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    auto finished = Events("job_finished");
+    return finished.empty() ? nlohmann::json() : finished.front();
+  }
+};
+
+// Slurm taking a node down SIGKILLs the task and the agent in no fixed order: the agent may
+// report its task killed by signal 9 just before it says it is leaving. The task is lost with
+// its place, not a task failure of its own.
+TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledAsItsAgentGoesIsLostWithItsPlace) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer right-token");
+  auto stream = stub_->AgentSession(&ctx);
+  v1::TaskId task = StartTheTask(stream.get());
+  v1::AgentMessage exited;
+  *exited.mutable_task_exited()->mutable_task() = task;
+  exited.mutable_task_exited()->set_signal(SIGKILL);
+  ASSERT_TRUE(stream->Write(exited));
+  v1::AgentMessage leaving;
+  leaving.set_leaving("slurmstepd sent SIGTERM");
+  ASSERT_TRUE(stream->Write(leaving));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both handled before the end
+  ctx.TryCancel();
+  stream->Finish();
+
+  auto finished = FinishedAfterSettling();
+  ASSERT_FALSE(finished.is_null()) << "the job never finished";
+  EXPECT_EQ(finished.value("outcome", ""), "failed");
+  std::string reason = finished.value("reason", "");
+  EXPECT_NE(reason.find("worker:0 lost"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("slurmstepd sent SIGTERM"), std::string::npos) << reason;
+}
+
+// The same SIGKILL with the agent staying is the task's own failure, once the settling time
+// has shown that no cancellation or loss explains it.
+TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledWhileItsAgentStaysIsATaskFailure) {
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer right-token");
+  auto stream = stub_->AgentSession(&ctx);
+  v1::TaskId task = StartTheTask(stream.get());
+  v1::AgentMessage exited;
+  *exited.mutable_task_exited()->mutable_task() = task;
+  exited.mutable_task_exited()->set_signal(SIGKILL);
+  ASSERT_TRUE(stream->Write(exited));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(Events("job_finished").empty()) << "judged before the settling time";
+
+  auto finished = FinishedAfterSettling(stream.get());
+  ctx.TryCancel();
+  stream->Finish();
+  ASSERT_FALSE(finished.is_null()) << "the job never finished";
+  std::string reason = finished.value("reason", "");
+  EXPECT_NE(reason.find("killed by signal 9"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("lost"), std::string::npos) << reason;
 }
 
 }  // namespace
