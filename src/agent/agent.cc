@@ -296,7 +296,20 @@ bool Agent::Connect() {
   i->set_cpus(inv.cpus);
   i->set_memory_bytes(inv.memory_bytes);
   for (const auto& g : inv.gpus) i->add_gpus(g);
-  for (uint32_t p : FindFreePorts(options_.ports, TaskPortRange(EphemeralPortRange()))) r->add_free_ports(p);
+  PortRange range = options_.task_ports.value_or(TaskPortRange(EphemeralPortRange()));
+  std::vector<uint32_t> ports = FindFreePorts(options_.ports, range);
+  size_t outside = 0;
+  for (uint32_t p : ports) {
+    r->add_free_ports(p);
+    outside += p < range.low || p > range.high;
+  }
+  std::string short_of_ports;
+  if (options_.task_ports && outside > 0) {
+    short_of_ports = absl::StrCat("SHOAL_TASK_PORTS ", range.low, "-", range.high, " had ",
+                                  ports.size() - outside, " free port(s) of the ", ports.size(),
+                                  " this node's tasks need; the others were picked by the kernel");
+    spdlog::warn("{}", short_of_ports);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& key : live_) {
@@ -307,7 +320,13 @@ bool Agent::Connect() {
       t->set_attempt(attempts_[key]);
     }
   }
-  return link_->SendFirstThenQueued(reg);
+  bool sent = link_->SendFirstThenQueued(reg);
+  if (sent && !short_of_ports.empty()) {
+    v1::AgentMessage notice;
+    notice.set_notice(short_of_ports);
+    Send(notice);
+  }
+  return sent;
 }
 
 int Agent::Run() {

@@ -19,6 +19,7 @@
 #include "agent/log_batcher.h"
 #include "agent/process_supervisor.h"
 #include "agent/sdk_server.h"
+#include "common/port_range.h"
 
 namespace shoal::v1 {
 class AgentMessage;
@@ -35,6 +36,8 @@ struct AgentOptions {
   std::string node_name;        // the placement node this agent serves
   std::string work_dir;         // the agent's own copy of task output, cluster files
   uint32_t ports = 0;           // free ports to report for the tasks placed here
+  // Where those ports come from (SHOAL_TASK_PORTS); unset: below the ephemeral range.
+  std::optional<shoal::PortRange> task_ports;
   // Keep a copy of each task's output under work_dir. Off when the master's job directory is on
   // this same machine (the local backend): the master writes those files already.
   bool keep_task_output = true;

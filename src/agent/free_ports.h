@@ -4,12 +4,11 @@
 #include <string>
 #include <vector>
 
+#include "common/port_range.h"
+
 namespace shoal::agent {
 
-struct PortRange {
-  uint32_t low = 0;   // inclusive
-  uint32_t high = 0;  // inclusive
-};
+using shoal::PortRange;
 
 // The kernel's ephemeral range (net.ipv4.ip_local_port_range): where a bind to port 0 and the
 // source port of every outgoing connection come from. Linux's default when it cannot be read.
@@ -20,12 +19,14 @@ PortRange EphemeralPortRange(const std::string& proc_file = "/proc/sys/net/ipv4/
 // stays unbound until the task binds it, and meanwhile any port-0 bind on the machine (a
 // TensorBoard beside the job, another job's rendezvous) or outgoing connection could be given
 // the very same port; below the range the kernel never hands it out by itself.
+// SHOAL_TASK_PORTS (docs/configuration.md) replaces it, e.g. for a firewall's open range.
 PortRange TaskPortRange(const PortRange& ephemeral);
 
 // `count` distinct ports that nothing on this machine is bound to now (IPv4, any address),
 // tried from a random point of `range` onwards so that agents starting together rarely pick
-// the same; past the range, ports the kernel picks. Another process could still bind one
-// before the task does; a task that cannot bind reports it like any other failure.
+// the same; when too few are free in it, the rest are ports the kernel picks. Another process
+// could still bind one before the task does; a task that cannot bind reports it like any
+// other failure.
 std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range);
 
 }  // namespace shoal::agent

@@ -22,6 +22,7 @@
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/yarn_backend.h"
 #include "common/files.h"
+#include "common/port_range.h"
 #include "common/process.h"
 #include "master/master.h"
 #include "master/tensorboard_sidecar.h"
@@ -290,6 +291,19 @@ int RunAgentDaemon(const AgentFlags& flags) {
   }
   if (flags.gpus_from_env) options.bound_gpus = BoundGpus();
   options.ports = flags.ports;
+  // The environment wins over the flag, as for the other agent tunables. `shoal run` refused
+  // a malformed value before anything started; an agent started some other way keeps the
+  // default rather than fail the job.
+  const char* env_ports = std::getenv("SHOAL_TASK_PORTS");
+  std::string task_ports = env_ports != nullptr && *env_ports != '\0' ? env_ports : flags.task_ports;
+  if (!task_ports.empty()) {
+    if (auto range = ParsePortRange(task_ports); range.ok()) {
+      options.task_ports = *range;
+    } else {
+      spdlog::warn("task ports '{}': {}; ignoring them", task_ports,
+                   std::string(range.status().message()));
+    }
+  }
   options.keep_task_output = flags.keep_task_output;
   options.fake_gpus = flags.fake_gpus;
   options.master_grace = std::chrono::milliseconds(flags.master_grace_ms);

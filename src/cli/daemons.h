@@ -17,6 +17,7 @@ struct AgentFlags {
   std::string node = "local";
   std::string work_dir;
   uint32_t ports = 0;
+  std::string task_ports;  // LOW-HIGH; empty: below the kernel's ephemeral range
   uint32_t master_grace_ms = 10000;
   uint32_t heartbeat_interval_ms = 0;
   bool keep_task_output = true;

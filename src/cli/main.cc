@@ -183,6 +183,8 @@ int RunShoal(int argc, char** argv) {
   agent_cmd->add_option("--node", agent.node, "The placement node this agent serves");
   agent_cmd->add_option("--work-dir", agent.work_dir, "Where the agent keeps task files");
   agent_cmd->add_option("--ports", agent.ports, "How many free ports to report");
+  agent_cmd->add_option("--task-ports", agent.task_ports,
+                        "LOW-HIGH: where those ports come from (SHOAL_TASK_PORTS wins)");
   agent_cmd->add_option("--master-grace-ms", agent.master_grace_ms,
                         "Kill every task after the master is unreachable this long");
   agent_cmd->add_option("--heartbeat-interval-ms", agent.heartbeat_interval_ms,

@@ -29,6 +29,7 @@
 #include "client/master_client.h"
 #include "client/status_render.h"
 #include "common/files.h"
+#include "common/port_range.h"
 #include "common/process.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
@@ -350,6 +351,15 @@ int RunJob(const RunOptions& options) {
   } else {
     std::cerr << "shoal: unknown backend '" << options.backend << "'; use local, slurm or yarn\n";
     return kExitUsage;
+  }
+  // Read by every agent of the job (the backends pass this environment on): refused here,
+  // before anything starts, rather than half-honoured on some machines.
+  if (const char* ports = std::getenv("SHOAL_TASK_PORTS"); ports != nullptr && *ports != '\0') {
+    if (auto range = ParsePortRange(ports); !range.ok()) {
+      std::cerr << "shoal: SHOAL_TASK_PORTS='" << ports << "': " << range.status().message()
+                << "\n";
+      return kExitUsage;
+    }
   }
   auto text = ReadFile(options.job_file);
   auto token = NewToken();

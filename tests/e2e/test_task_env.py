@@ -2,6 +2,7 @@
 OMP_NUM_THREADS, its working directory; and what it must not get (the torchrun variables)."""
 
 import json
+import re
 
 import pytest
 
@@ -160,3 +161,64 @@ def test_ranks_put_chief_first_then_file_order(write_file, write_job, run_shoal,
     assert r.returncode == 0, r.stderr
     got = dict(l.split(" | rank=") for l in r.stdout.splitlines() if " | rank=" in l)
     assert got == {"chief:0": "0", "worker:0": "1", "worker:1": "2", "evaluator:0": "3"}, got
+
+
+PORTS_JOB = """
+    name: ports
+    framework: tensorflow
+    roles:
+      worker:
+        instances: 3
+        command: ["/bin/sh", "-c", "echo \\"$TF_CONFIG\\""]
+        resources: {cpus: 0.25}
+    """
+
+
+def tf_config_ports(stdout):
+    """Every port in the workers' TF_CONFIG cluster specs, from `worker:i | {...}` lines."""
+    ports = set()
+    for line in stdout.splitlines():
+        _, sep, rest = line.partition(" | ")
+        if sep and rest.startswith("{"):
+            for address in json.loads(rest)["cluster"]["worker"]:
+                ports.add(int(address.rsplit(":", 1)[1]))
+    return ports
+
+
+def test_task_ports_come_from_shoal_task_ports_when_it_is_set(write_job, run_shoal):
+    # A firewall's open range, say: every port handed to a task is inside it.
+    job = write_job(PORTS_JOB)
+    r = run_shoal("run", job, timeout=60, env={"SHOAL_TASK_PORTS": "24500-24599"})
+    assert r.returncode == 0, r.stderr
+    ports = tf_config_ports(r.stdout)
+    assert len(ports) == 3 and all(24500 <= p <= 24599 for p in ports), (ports, r.stdout)
+
+    # Unset: below the kernel's ephemeral range, which nothing else picks by itself.
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    r = run_shoal("run", job, timeout=60)
+    assert r.returncode == 0, r.stderr
+    ports = tf_config_ports(r.stdout)
+    assert len(ports) == 3 and all(p < low for p in ports), (ports, low)
+
+
+def test_a_task_port_range_too_small_is_said_and_the_job_still_runs(write_job, run_shoal):
+    job = write_job(PORTS_JOB)
+    r = run_shoal("run", job, timeout=60, env={"SHOAL_TASK_PORTS": "24600-24600"})
+    assert r.returncode == 0, r.stderr
+    assert len(tf_config_ports(r.stdout)) == 3, r.stdout
+    assert re.search(r"SHOAL_TASK_PORTS 24600-24600 had [01] free port\(s\) of the 3 this "
+                     r"node's tasks need; the others were picked by the kernel", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("value, why", [
+    ("abc", "expected a port range LOW-HIGH"),
+    ("80-90", "ports must be from 1024 to 65535"),
+    ("30000-20000", "the range 30000-20000 is empty"),
+])
+def test_a_malformed_task_port_range_is_refused_before_anything_starts(write_job, run_shoal,
+                                                                      jobs_dir, value, why):
+    job = write_job(PORTS_JOB)
+    r = run_shoal("run", job, timeout=30, env={"SHOAL_TASK_PORTS": value})
+    assert r.returncode == 2, f"rc={r.returncode}\n{r.stderr}"
+    assert f"SHOAL_TASK_PORTS='{value}'" in r.stderr and why in r.stderr, r.stderr
+    assert not e2e.job_dirs(jobs_dir), "a job directory was created"

@@ -152,6 +152,29 @@ def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job,
     assert any(l.startswith("worker:0 | final_accuracy=") for l in logs.stdout.splitlines())
 
 
+def test_task_ports_reach_agents_in_containers(run_shoal, write_job, yarn_env):
+    # A NodeManager gives a container none of `shoal run`'s environment: SHOAL_TASK_PORTS must
+    # still reach every agent (as its --task-ports).
+    job = write_job("""
+        name: yarn-ports
+        framework: tensorflow
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "echo \\"$TF_CONFIG\\""]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    r = run_shoal("run", "--backend", "yarn", job, timeout=180,
+                  env={**yarn_env, "SHOAL_TASK_PORTS": "24800-24899"})
+    assert r.returncode == 0, fail_message(r)
+    ports = set()
+    for line in r.stdout.splitlines():
+        _, sep, rest = line.partition(" | ")
+        if sep and rest.startswith("{"):
+            ports |= {int(a.rsplit(":", 1)[1]) for a in json.loads(rest)["cluster"]["worker"]}
+    assert len(ports) == 2 and all(24800 <= p <= 24899 for p in ports), (ports, r.stdout)
+
+
 def test_shoal_kill_kills_the_application_and_leaves_no_container(run_shoal, detach_job,
                                                                   write_job, wait_for_state,
                                                                   jobs_dir, cluster, yarn_env):

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/escaping.h"
@@ -130,6 +131,10 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
       // YARN's GPU plugin isolates the granted devices and names them in the container's
       // CUDA_VISIBLE_DEVICES; the agent must offer those, not whatever the machine has.
       if (p.gpus > 0) p.command += " --gpus-from-env";
+      // A NodeManager gives a container none of this environment: the range goes as a flag.
+      if (const char* range = std::getenv("SHOAL_TASK_PORTS"); range != nullptr && *range != '\0') {
+        p.command += " " + YarnShellCommand({"--task-ports", range});
+      }
       am_places.push_back(std::move(p));
     }
   }
