@@ -50,9 +50,6 @@ std::optional<uint32_t> EnvMilliseconds(const char* name) {
   return ms;
 }
 
-}  // namespace
-namespace {
-
 // Runs `on_signal` on a dedicated thread at SIGTERM/SIGINT. Signals must already be blocked in
 // every thread (done first thing in main()). The destructor wakes the thread with SIGUSR1 rather
 // than waiting out a polling tick, so a daemon exits the moment its work is done.

@@ -741,24 +741,20 @@ void Master::OnTaskExited(const v1::AgentMessage& message, bool settled) {
                                 !m.stopped_by_agent() && m.error().empty() &&
                                 rec->hung_reason.empty() && backend_->SignalsTasksFromOutside() &&
                                 phase_ != JobPhase::kStopping;
-  if (signalled_from_outside && !settled) {
-    // The resource manager signals the tasks of a cancelled allocation or of a node it took
-    // down along with their agents (Slurm sends SIGTERM, or SIGKILL at once for a node gone
-    // down, in no fixed order): wait for the backend to say so (the job then ends as
-    // cancelled) or for the agent to go, before this counts as a failure of the task.
+  // The resource manager signals the tasks of a cancelled allocation or of a node it took down
+  // along with their agents (Slurm sends SIGTERM, or SIGKILL at once for a node gone down, in
+  // no fixed order). Wait for the backend to say so (the job then ends as cancelled) before
+  // this counts as a failure of the task; and while the task's agent is going or gone, for its
+  // disconnection, which reports every task of the place lost (looked at again in case the
+  // agent comes back).
+  auto agent_going = [&] {
+    AgentSession* session = SessionForNode(rec->node);
+    return session == nullptr || !session->leaving.empty();
+  };
+  if (signalled_from_outside && (!settled || agent_going())) {
     loop_.PostAfter(options_.outside_stop_settle,
                     [this, message] { OnTaskExited(message, /*settled=*/true); });
     return;
-  }
-  if (signalled_from_outside) {
-    AgentSession* session = SessionForNode(rec->node);
-    if (session == nullptr || !session->leaving.empty()) {
-      // Its agent is going or gone with it: the agent's disconnection, under way, reports
-      // every task of the place lost. Looked at again later, in case the agent comes back.
-      loop_.PostAfter(options_.outside_stop_settle,
-                      [this, message] { OnTaskExited(message, /*settled=*/true); });
-      return;
-    }
   }
   // Whatever partial line the task left goes out too, so its last words are not lost.
   if (std::string lines = logs_->FinishTask(rec->Key()); !lines.empty()) PublishLogLines(lines);

@@ -42,9 +42,10 @@ def check_prefixed(lines, what):
     assert not bad, f"{what}: unexpected lines {bad[:5]}"
 
 
-def test_logs_are_complete_and_filterable(write_file, write_job, run_shoal, jobs_dir):
+def chatty_job(write_file, write_job):
+    """Two workers running CHATTY; returns the job file."""
     write_file("chatty.py", CHATTY)
-    job = write_job("""
+    return write_job("""
         name: chatty
         roles:
           worker:
@@ -52,6 +53,10 @@ def test_logs_are_complete_and_filterable(write_file, write_job, run_shoal, jobs
             command: ["/usr/bin/python3", "chatty.py"]
             resources: {cpus: 0.5}
         """)
+
+
+def test_logs_are_complete_and_filterable(write_file, write_job, run_shoal, jobs_dir):
+    job = chatty_job(write_file, write_job)
     r = run_shoal("run", "-q", job, timeout=120)
     assert r.returncode == 0, r.stderr
     check_prefixed(r.stdout.splitlines(), "shoal run")
@@ -137,15 +142,7 @@ def test_a_client_that_attaches_late_still_sees_the_jobs_first_lines(tmp_path, w
 
 def test_output_batching_is_tunable_and_a_bad_value_is_named_and_ignored(write_file, write_job,
                                                                          run_shoal, jobs_dir):
-    write_file("chatty.py", CHATTY)
-    job = write_job("""
-        name: chatty
-        roles:
-          worker:
-            instances: 2
-            command: ["/usr/bin/python3", "chatty.py"]
-            resources: {cpus: 0.5}
-        """)
+    job = chatty_job(write_file, write_job)
     # 0: every read goes at once (the old way); -5 would wrap to ~forever through strtoul.
     for value in ("0", "-5"):
         r = run_shoal("run", "-q", job, timeout=120, env={"SHOAL_AGENT_LOG_FLUSH_MS": value})

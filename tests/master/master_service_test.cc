@@ -272,8 +272,13 @@ class ResourceManagerSignalsTasksTest : public MasterServiceTest {
  protected:
   bool SignalsTasksFromOutside() const override { return true; }
 
-  // Plays the agent of node-a until its task runs; returns the task's id.
-  v1::TaskId StartTheTask(grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>* stream) {
+  using AgentStream = grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>;
+
+  // Plays the agent of node-a until its task runs, then reports it killed by SIGKILL that the
+  // agent did not send (the resource manager's).
+  std::unique_ptr<AgentStream> AgentWhoseTaskWasKilled(grpc::ClientContext* ctx) {
+    ctx->AddMetadata("authorization", "Bearer right-token");
+    auto stream = stub_->AgentSession(ctx);
     EXPECT_TRUE(stream->Write(Registration("node-a", 1)));
     v1::MasterMessage reply;
     while (stream->Read(&reply) && !reply.has_launch()) {
@@ -283,13 +288,17 @@ class ResourceManagerSignalsTasksTest : public MasterServiceTest {
     *started.mutable_task_started()->mutable_task() = reply.launch().task();
     started.mutable_task_started()->set_pid(4242);
     EXPECT_TRUE(stream->Write(started));
-    return reply.launch().task();
+    v1::AgentMessage exited;
+    *exited.mutable_task_exited()->mutable_task() = reply.launch().task();
+    exited.mutable_task_exited()->set_signal(SIGKILL);
+    EXPECT_TRUE(stream->Write(exited));
+    return stream;
   }
 
   // Moves the fake clock on until the job has finished; returns its journal record. With
   // `agent`, heartbeats on it as it goes, so that the agent is never silent for long.
   nlohmann::json FinishedAfterSettling(
-      grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>* agent = nullptr) {
+      AgentStream* agent = nullptr) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (Events("job_finished").empty() && std::chrono::steady_clock::now() < deadline) {
       if (agent != nullptr) {
@@ -311,13 +320,7 @@ class ResourceManagerSignalsTasksTest : public MasterServiceTest {
 // its place, not a task failure of its own.
 TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledAsItsAgentGoesIsLostWithItsPlace) {
   grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer right-token");
-  auto stream = stub_->AgentSession(&ctx);
-  v1::TaskId task = StartTheTask(stream.get());
-  v1::AgentMessage exited;
-  *exited.mutable_task_exited()->mutable_task() = task;
-  exited.mutable_task_exited()->set_signal(SIGKILL);
-  ASSERT_TRUE(stream->Write(exited));
+  auto stream = AgentWhoseTaskWasKilled(&ctx);
   v1::AgentMessage leaving;
   leaving.set_leaving("slurmstepd sent SIGTERM");
   ASSERT_TRUE(stream->Write(leaving));
@@ -337,13 +340,7 @@ TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledAsItsAgentGoesIsLostWithItsPl
 // has shown that no cancellation or loss explains it.
 TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledWhileItsAgentStaysIsATaskFailure) {
   grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer right-token");
-  auto stream = stub_->AgentSession(&ctx);
-  v1::TaskId task = StartTheTask(stream.get());
-  v1::AgentMessage exited;
-  *exited.mutable_task_exited()->mutable_task() = task;
-  exited.mutable_task_exited()->set_signal(SIGKILL);
-  ASSERT_TRUE(stream->Write(exited));
+  auto stream = AgentWhoseTaskWasKilled(&ctx);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(Events("job_finished").empty()) << "judged before the settling time";
 
