@@ -9,7 +9,10 @@ The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
          JSON line is read from shoal's stdout, where job output is prefixed `worker:0 | `
   hand   the same two commands started directly with MASTER_ADDR=127.0.0.1, a free
          MASTER_PORT, RANK, WORLD_SIZE=2, LOCAL_RANK, LOCAL_WORLD_SIZE=2 and
-         OMP_NUM_THREADS=1; rank 0's JSON line is read from its stdout
+         OMP_NUM_THREADS=1, both bound to the cores Shoal gives the job (the first 2 CPUs
+         the driver may use, shared by both ranks; on a 2-core machine that is every core,
+         so nothing changes; --hand-unbound leaves them wherever the kernel puts them);
+         rank 0's JSON line is read from its stdout
   pinned `hand` with rank i bound to CPU i alone: what pinning by itself changes (Shoal
          pins a job's whole-CPU tasks to the job's cores, shared among them, which on a
          2-core machine is both cores, so this is not what Shoal does)
@@ -17,6 +20,8 @@ The demo is examples/pytorch-ddp/train.py (2-rank DDP, gloo, CPU). Modes:
          (hand_again/hand should be 1; its interval is the noise any comparison carries)
   shoal_baseline  with --shoal-baseline PATH: `shoal` with another build, for an A/B of two
          builds in the same rounds
+With --time-budget S, no round after the first starts after S seconds, so a run with a hard
+limit still prints its JSON (with the rounds it finished) instead of nothing.
 With --background-load N, N busy loops (each in a session of its own, as another user's
 work would be) run for the whole benchmark: the machine is shared, which is when the way
 the ranks are scheduled (autogroup sessions, pinning) shows in the step time.
@@ -77,9 +82,17 @@ def find_metric(stdout, prefix=None):
     return found
 
 
-def run_hand(python, epochs, timeout, pin=False):
+def job_cores():
+    """The CPUs Shoal's local backend pins this benchmark's job to: the first WORLD of those
+    the driver may use, shared by the job's tasks (it pins only when every whole-core task
+    has a core of its own). None when there are fewer."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return set(cpus[:WORLD]) if len(cpus) >= WORLD else None
+
+
+def run_hand(python, epochs, timeout, pin=False, cores=None):
     """Both ranks started directly; returns (metric dict or None, wall ms, error). With pin,
-    rank i is bound to CPU i alone."""
+    rank i is bound to CPU i alone; otherwise with cores, both are bound to that set."""
     import subprocess
     import time
     port = c.free_port()
@@ -90,8 +103,12 @@ def run_hand(python, epochs, timeout, pin=False):
                    RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
                    LOCAL_WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1")
         cpus = sorted(os.sched_getaffinity(0))
-        preexec = (lambda cpu=cpus[rank % len(cpus)]: os.sched_setaffinity(0, {cpu})) \
-            if pin else None
+        if pin:
+            preexec = (lambda cpu=cpus[rank % len(cpus)]: os.sched_setaffinity(0, {cpu}))
+        elif cores:
+            preexec = (lambda: os.sched_setaffinity(0, cores))
+        else:
+            preexec = None
         procs.append(subprocess.Popen(
             [python, str(TRAIN), "--epochs", str(epochs)], cwd=str(c.DEMO_DIR), env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -164,6 +181,12 @@ def main():
     ap.add_argument("--modes", default="hand,shoal,pinned,hand_again",
                     help="the modes to run, comma-separated; hand is always run (all four; "
                          "fewer modes fit more rounds into the same time)")
+    ap.add_argument("--hand-unbound", action="store_true",
+                    help="leave the hand-started ranks on every CPU the driver may use instead "
+                         "of binding them to the cores Shoal gives the job")
+    ap.add_argument("--time-budget", type=float, default=0, metavar="SECONDS",
+                    help="start no round after the first once this many seconds have passed (0: "
+                         "no limit); the JSON then holds the rounds that finished")
     ap.add_argument("--background-load", type=int, default=0, metavar="N",
                     help="N busy loops, each in a session of its own, for the whole run (0)")
     args = ap.parse_args()
@@ -171,6 +194,8 @@ def main():
         ap.error("--reps must be >= 1 and --epochs >= 2 (the first epoch is warmup)")
     if args.background_load < 0:
         ap.error("--background-load must be >= 0")
+    if args.time_budget < 0:
+        ap.error("--time-budget must be >= 0")
     known = ("hand", "shoal", "pinned", "hand_again")
     chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in known]
@@ -195,6 +220,10 @@ def main():
         "target": "shoal's median mean_step_ms within 1% of the hand-started median",
         "shoal_baseline_binary": baseline,
         "background_load": args.background_load,
+        "hand_cpus": None if args.hand_unbound or job_cores() is None
+        else sorted(job_cores()),
+        "driver_cpus": sorted(os.sched_getaffinity(0)),
+        "time_budget_s": args.time_budget or None,
     }
     if shoal_err:
         result["shoal_error"] = shoal_err
@@ -221,13 +250,21 @@ def main():
 
 
 def measure(args, shoal, baseline, modes, runs, errors, result):
+    import time
     order_rng = random.Random(11)
+    cores = None if args.hand_unbound else job_cores()
+    started = time.monotonic()
+    result["rounds_done"] = 0
     with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
         job = tmp / "digits-ddp-bench.yaml"
         job.write_text(job_yaml(args.python, args.epochs))
         with_env = True
         counter = 0
         for rep in range(args.reps):
+            if rep and args.time_budget and time.monotonic() - started > args.time_budget:
+                c.log(f"step_time: --time-budget {args.time_budget:g} s spent after "
+                      f"{rep} round(s); stopping")
+                break
             # A fresh order every round (seeded): a rotation of one fixed sequence always put
             # the same mode after the same other, so whatever a run leaves behind for the next
             # one (and drifts within a round) landed on one mode only.
@@ -237,7 +274,7 @@ def measure(args, shoal, baseline, modes, runs, errors, result):
                     continue
                 if mode in ("hand", "pinned", "hand_again"):
                     metric, ms, err = run_hand(args.python, args.epochs, args.timeout,
-                                               pin=(mode == "pinned"))
+                                               pin=(mode == "pinned"), cores=cores)
                 else:
                     counter += 1
                     binary = baseline if mode == "shoal_baseline" else shoal
@@ -271,6 +308,7 @@ def measure(args, shoal, baseline, modes, runs, errors, result):
                       f"{metric.get('mean_step_ms')} (cpu {metric.get('mean_step_cpu_ms')}), "
                       f"accuracy {metric.get('value')}, "
                       f"wall {ms / 1000.0:.2f} s")
+            result["rounds_done"] = rep + 1
 
 
 def summarize(modes, runs, errors, result, baseline):
