@@ -1,6 +1,8 @@
 """Benchmark drivers as tools: bench/step_time.py checks its options before anything runs,
-a short real run reports every mode and the background load it adds is gone when it ends;
-bench/log_forwarding.py shows every line in both of its modes. No timing is asserted."""
+a short real run reports every mode, stops at its time budget, and the background load it adds
+is gone when it ends; bench/step_time_concurrent.py refuses lanes it cannot run and pairs its
+rounds' ratios by kind; bench/log_forwarding.py shows every line in both of its modes. No
+timing is asserted."""
 
 import json
 import os
@@ -40,6 +42,8 @@ def test_bad_options_exit_2_before_anything_runs(tmp_path):
     assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
     r = run_bench("--shoal-baseline", str(tmp_path))  # a directory
     assert r.returncode == 2 and "is not an executable file" in r.stderr, r.stderr
+    r = run_bench("--time-budget", "-5")
+    assert r.returncode == 2 and "--time-budget" in r.stderr, r.stderr
     r = run_bench("--modes", "hand,shoal,hnad")
     assert r.returncode == 2 and "unknown mode 'hnad'" in r.stderr, r.stderr
     assert r.stdout == ""
@@ -47,11 +51,15 @@ def test_bad_options_exit_2_before_anything_runs(tmp_path):
 
 def test_a_short_run_reports_every_mode_and_stops_its_background_load():
     assert busy_loops() == [], "a busy loop of another run is still alive"
-    r = run_bench("--reps", "1", "--epochs", "2", "--background-load", "1",
-                  "--shoal-baseline", e2e.SHOAL_BIN)
+    # A budget spent during the first round: that round finishes, no other starts.
+    r = run_bench("--reps", "3", "--time-budget", "0.001", "--epochs", "2",
+                  "--background-load", "1", "--shoal-baseline", e2e.SHOAL_BIN)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["background_load"] == 1
+    assert result["rounds_done"] == 1
+    # Hand-started ranks share the cores Shoal gives the job: the first two the driver may use.
+    assert result["hand_cpus"] == sorted(os.sched_getaffinity(0))[:2]
     assert result["shoal_baseline_binary"] == os.path.abspath(e2e.SHOAL_BIN)
     for mode in ("hand", "shoal", "pinned", "hand_again", "shoal_baseline"):
         assert "error" not in result[mode], (mode, result[mode])
@@ -61,6 +69,41 @@ def test_a_short_run_reports_every_mode_and_stops_its_background_load():
     assert result["step_median_ratio_shoal_shoal_baseline"] > 0
     assert result["step_median_ratio_shoal_shoal_baseline_ci95"] is None
     assert busy_loops() == [], "the benchmark left its background load running"
+
+
+CONCURRENT = e2e.REPO_ROOT / "bench" / "step_time_concurrent.py"
+
+
+def test_concurrent_step_time_refuses_lanes_it_cannot_run():
+    cpus = sorted(os.sched_getaffinity(0))
+    beyond = max(cpus) + 1
+    for lanes, says in [("0-1,1-2", "overlaps another lane"),
+                        ("0-1", "even number of lanes"),
+                        ("0,1", "fewer than 2 CPUs"),
+                        ("3-1,4-5", "ends before it starts"),
+                        ("0-1,x", "is not a CPU range"),
+                        (f"{beyond}-{beyond + 1},{beyond + 2}-{beyond + 3}",
+                         f"CPU {beyond} is not one this process may use")]:
+        r = subprocess.run([sys.executable, str(CONCURRENT), "--shoal", e2e.SHOAL_BIN,
+                            "--lanes", lanes], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr, (lanes, r.stderr)
+        assert r.stdout == ""
+
+
+def test_concurrent_step_time_ratios_pair_runs_of_one_round_by_kind():
+    sys.path.insert(0, str(CONCURRENT.parent))
+    try:
+        import step_time_concurrent as conc
+    finally:
+        sys.path.pop(0)
+    rounds = [{"kind": "ab", "median_step_ms": [2.2, 2.0]},
+              {"kind": "aa", "median_step_ms": [2.0, 2.5]},
+              {"kind": "ab", "median_step_ms": [3.0, None]},  # a run without the figure
+              {"kind": "ab", "median_step_ms": [1.8, 2.0]}]
+    assert [round(x, 3) for x in conc.ratios(rounds, "ab", "median_step_ms")] == [1.1, 0.9]
+    assert conc.ratios(rounds, "aa", "median_step_ms") == [0.8]
+    assert conc.summary([1.1, 0.9])["median"] == 1.0
+    assert conc.summary([1.1, 0.9])["ci95"] is None  # too few rounds for an interval
 
 
 LOG_BENCH = e2e.REPO_ROOT / "bench" / "log_forwarding.py"
