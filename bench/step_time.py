@@ -196,6 +196,7 @@ def main():
         ap.error("--background-load must be >= 0")
     if args.time_budget < 0:
         ap.error("--time-budget must be >= 0")
+    args.hand_cores = None if args.hand_unbound else job_cores()
     known = ("hand", "shoal", "pinned", "hand_again")
     chosen = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in known]
@@ -220,8 +221,7 @@ def main():
         "target": "shoal's median mean_step_ms within 1% of the hand-started median",
         "shoal_baseline_binary": baseline,
         "background_load": args.background_load,
-        "hand_cpus": None if args.hand_unbound or job_cores() is None
-        else sorted(job_cores()),
+        "hand_cpus": None if args.hand_cores is None else sorted(args.hand_cores),
         "driver_cpus": sorted(os.sched_getaffinity(0)),
         "time_budget_s": args.time_budget or None,
     }
@@ -252,7 +252,6 @@ def main():
 def measure(args, shoal, baseline, modes, runs, errors, result):
     import time
     order_rng = random.Random(11)
-    cores = None if args.hand_unbound else job_cores()
     started = time.monotonic()
     result["rounds_done"] = 0
     with c.temp_dir("shoal-bench-step-", keep=args.keep) as tmp:
@@ -274,7 +273,7 @@ def measure(args, shoal, baseline, modes, runs, errors, result):
                     continue
                 if mode in ("hand", "pinned", "hand_again"):
                     metric, ms, err = run_hand(args.python, args.epochs, args.timeout,
-                                               pin=(mode == "pinned"), cores=cores)
+                                               pin=(mode == "pinned"), cores=args.hand_cores)
                 else:
                     counter += 1
                     binary = baseline if mode == "shoal_baseline" else shoal
