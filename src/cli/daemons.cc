@@ -178,6 +178,8 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
   options.token = std::string(absl::StripAsciiWhitespace(*token));
   options.shoal_binary = shoal_binary;
   options.recover = recover;
+  // The agents dial the previous master's port: wait for a predecessor still letting go of it.
+  if (recover) options.listen_patience = std::chrono::seconds(10);
   // Tunables for operators and tests; documented in docs/configuration.md.
   if (auto grace = EnvMilliseconds("SHOAL_AGENT_MASTER_GRACE_MS")) {
     options.agent_master_grace_ms = *grace;

@@ -1,6 +1,8 @@
 #include "master/master.h"
 
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <cstdlib>
 #include <future>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,6 +29,30 @@
 
 namespace shoal::master {
 namespace {
+
+// Whether a socket without SO_REUSEPORT could bind host:port now (nothing listens there).
+bool CanBind(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints,
+                    &found) != 0 ||
+      found == nullptr) {
+    return true;  // not ours to judge: the bind itself will say what is wrong
+  }
+  bool bindable = false;
+  int fd = ::socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+  if (fd >= 0) {
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as gRPC binds
+    bindable = ::bind(fd, found->ai_addr, found->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return bindable;
+}
 
 // HMAC-SHA256(token, "shoal-task-secret:" + job id) in hex: a secret the tasks share that a
 // recovering master derives again, and that reveals nothing of the token to the tasks.
@@ -114,6 +141,17 @@ Master::~Master() {
 }
 
 absl::Status Master::Start() {
+  if (options_.listen_port != 0 && options_.listen_patience.count() > 0 &&
+      !CanBind(options_.listen_host, options_.listen_port)) {
+    spdlog::info("port {} is still held, by the previous master if it is still exiting; "
+                 "waiting up to {:.1f}s for it",
+                 options_.listen_port, options_.listen_patience.count() / 1000.0);
+    const auto give_up_at = std::chrono::steady_clock::now() + options_.listen_patience;
+    while (!CanBind(options_.listen_host, options_.listen_port) &&
+           std::chrono::steady_clock::now() < give_up_at) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   service_ = std::make_unique<MasterService>(this);
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -124,11 +162,19 @@ absl::Status Master::Start() {
   // Agent streams carry small messages at a steady rate: bandwidth-delay probing would add a
   // ping and a window update to many of them for no gain.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // gRPC sets SO_REUSEPORT by default. A recovering master binds its predecessor's port, and
+  // with it would share that port with whatever still listens there (a dying master whose last
+  // thread is still in an fsync): the kernel would hand some connections to a socket nobody
+  // accepts on, and reset them when it closes.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server_ = builder.BuildAndStart();
   if (!server_ || bound_port == 0) {
     server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_host, ":",
-                                               options_.listen_port));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen_host, ":", options_.listen_port,
+                     options_.listen_port != 0 ? " (the port is in use, or the address is not "
+                                                 "one of this machine)"
+                                               : ""));
   }
   service_->Start();
   address_ = absl::StrCat(options_.listen_host == "0.0.0.0" ? "127.0.0.1" : options_.listen_host,

@@ -50,6 +50,10 @@ struct MasterOptions {
   spec::JobSpec spec;
   std::string listen_host = "127.0.0.1";  // loopback unless configured otherwise
   uint16_t listen_port = 0;               // 0: any free port
+  // How long Start() keeps trying a listen_port that is in use before it gives up. A recovering
+  // master waits here for its predecessor's socket: a killed process keeps its files open until
+  // its last thread is gone, which can be long after its main thread shows as a zombie.
+  std::chrono::milliseconds listen_patience{0};
   std::string token;                      // every caller must present it
   std::string shoal_binary;               // for the backend to start agents
   std::chrono::milliseconds heartbeat_interval{1000};

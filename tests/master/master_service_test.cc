@@ -1,14 +1,18 @@
 // The master's control plane refuses bad callers and bad agents, and changes nothing for them.
 // A real Master on loopback; the backend grants places but starts nothing, so the test plays
 // the agents itself over the real protocol.
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "backends/backend.h"
 #include "common/clock.h"
 #include "common/journal.h"
@@ -351,6 +355,98 @@ TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledWhileItsAgentStaysIsATaskFail
   std::string reason = finished.value("reason", "");
   EXPECT_NE(reason.find("killed by signal 9"), std::string::npos) << reason;
   EXPECT_EQ(reason.find("lost"), std::string::npos) << reason;
+}
+
+// A listening socket on a loopback port with SO_REUSEPORT, as a gRPC server's is by default:
+// the socket of a previous master that has not finished exiting.
+class LingeringListener {
+ public:
+  LingeringListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~LingeringListener() { Close(); }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+class MasterPortTest : public MasterServiceTest {
+ protected:
+  void SetUp() override {}  // each test makes its master on a port of its choosing
+
+  std::unique_ptr<Master> MasterOn(uint16_t port, std::chrono::milliseconds patience) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("shoal-master-port-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    spec::JobSpec job;
+    job.name = "port";
+    spec::Role role;
+    role.name = "worker";
+    role.instances = 1;
+    role.argv = {"/bin/true"};
+    role.working_dir = "/";
+    job.roles.push_back(role);
+    job.success_roles = {"worker"};
+    MasterOptions options;
+    options.job_id = "port-test";
+    options.job_dir = dir_.string();
+    options.spec = job;
+    options.token = "right-token";
+    options.clock = &clock_;
+    options.listen_port = port;
+    options.listen_patience = patience;
+    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>());
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+};
+
+TEST_F(MasterPortTest, AMasterNeverSharesItsPortWithASocketStillListeningThere) {
+  LingeringListener previous;
+  auto master = MasterOn(previous.port(), std::chrono::milliseconds(200));
+  ASSERT_NE(master, nullptr);
+  absl::Status started = master->Start();
+  // With SO_REUSEPORT the master would have bound beside the old socket, and the kernel would
+  // have split new connections between a master and a socket nobody accepts on.
+  ASSERT_FALSE(started.ok()) << "the master shares port " << previous.port();
+  EXPECT_NE(started.message().find(absl::StrCat(":", previous.port())), std::string::npos)
+      << started.message();
+  EXPECT_NE(started.message().find("in use"), std::string::npos) << started.message();
+  master_ = std::move(master);
+}
+
+TEST_F(MasterPortTest, ARecoveringMasterWaitsForItsPredecessorToLetGoOfThePort) {
+  LingeringListener previous;
+  uint16_t port = previous.port();
+  auto master = MasterOn(port, std::chrono::seconds(20));
+  ASSERT_NE(master, nullptr);
+  std::thread release([&previous] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    previous.Close();
+  });
+  absl::Status started = master->Start();
+  release.join();
+  ASSERT_TRUE(started.ok()) << started;
+  EXPECT_EQ(master->address(), absl::StrCat("127.0.0.1:", port));
+  master_ = std::move(master);
 }
 
 }  // namespace
