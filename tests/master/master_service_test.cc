@@ -52,6 +52,21 @@ class GrantOnlyBackend final : public backends::Backend {
 class MasterServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    MasterOptions options = Options();
+    options.heartbeat_interval = std::chrono::milliseconds(20);
+    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>(
+                                         SignalsTasksFromOutside()));
+    ASSERT_TRUE(m.ok()) << m.status();
+    master_ = std::move(*m);
+    ASSERT_TRUE(master_->Start().ok());
+    stub_ = v1::Master::NewStub(
+        grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  virtual bool SignalsTasksFromOutside() const { return false; }
+
+  // A one-task job in a fresh directory of this test, on the fake clock.
+  MasterOptions Options() {
     dir_ = std::filesystem::temp_directory_path() /
            ("shoal-master-test-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
@@ -72,17 +87,8 @@ class MasterServiceTest : public ::testing::Test {
     options.spec = job;
     options.token = "right-token";
     options.clock = &clock_;
-    options.heartbeat_interval = std::chrono::milliseconds(20);
-    auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>(
-                                         SignalsTasksFromOutside()));
-    ASSERT_TRUE(m.ok()) << m.status();
-    master_ = std::move(*m);
-    ASSERT_TRUE(master_->Start().ok());
-    stub_ = v1::Master::NewStub(
-        grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
+    return options;
   }
-
-  virtual bool SignalsTasksFromOutside() const { return false; }
 
   void TearDown() override {
     if (master_) master_->Kill("test over");
@@ -391,26 +397,7 @@ class MasterPortTest : public MasterServiceTest {
   void SetUp() override {}  // each test makes its master on a port of its choosing
 
   std::unique_ptr<Master> MasterOn(uint16_t port, std::chrono::milliseconds patience) {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shoal-master-port-test-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    spec::JobSpec job;
-    job.name = "port";
-    spec::Role role;
-    role.name = "worker";
-    role.instances = 1;
-    role.argv = {"/bin/true"};
-    role.working_dir = "/";
-    job.roles.push_back(role);
-    job.success_roles = {"worker"};
-    MasterOptions options;
-    options.job_id = "port-test";
-    options.job_dir = dir_.string();
-    options.spec = job;
-    options.token = "right-token";
-    options.clock = &clock_;
+    MasterOptions options = Options();
     options.listen_port = port;
     options.listen_patience = patience;
     auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>());
