@@ -29,11 +29,15 @@ Each round runs every mode once, in an order shuffled afresh per round (seeded).
 figure compared is train.py's mean_step_ms (perf_counter around forward + backward
 with allreduce + optimizer step, averaged over every step after the first epoch).
 Prints one JSON object on stdout: each mode's runs and median, the ratio shoal/hand of
-the medians, and "within_1_percent" (|ratio - 1| <= 0.01).
+the medians, and "within_1_percent" (|ratio - 1| <= 0.01). From the A/A pair it also says
+what the machine resolves: the bootstrap interval of the A/A ratio
+("machine_resolves_1_percent") and "aa_resolution", the spread of one round's ratio and the
+rounds (and hours, at the run's pace) the interval would need to be +-1 % wide.
 """
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -44,6 +48,10 @@ import _common as c  # noqa: E402
 
 TRAIN = c.DEMO_DIR / "train.py"
 WORLD = 2
+Z95 = 1.96
+# A median's standard error over a mean's for normal data, sqrt(pi / 2): the figure compared
+# is a median of per-round ratios, which needs this many times more rounds than a mean would.
+MEDIAN_EFFICIENCY = 1.2533
 
 
 def job_yaml(python, epochs, with_env=True):
@@ -165,6 +173,26 @@ def bootstrap_ci(values, rounds=2000):
     rng = random.Random(7)
     medians = sorted(c.median([rng.choice(values) for _ in values]) for _ in range(rounds))
     return [round(medians[int(0.025 * rounds)], 4), round(medians[int(0.975 * rounds) - 1], 4)]
+
+
+def resolution(aa_ratios, seconds_per_round=None):
+    """What an A/A pair's per-round ratios say this machine can resolve: the spread of one
+    round's log ratio (1.4826 x its median absolute deviation, so that the odd stalled run does
+    not decide it) and how many rounds the 95 % interval of the median ratio needs to be no
+    wider than +-1 %: the least with which a 1 % target could be shown met, and only if the
+    true ratio were exactly 1. With the measured seconds per round, also how long that takes.
+    None with fewer than 3 ratios."""
+    logs = [math.log(r) for r in aa_ratios if r and r > 0]
+    if len(logs) < 3:
+        return None
+    centre = c.median(logs)
+    spread = 1.4826 * c.median([abs(x - centre) for x in logs])
+    needed = max(3, math.ceil((Z95 * MEDIAN_EFFICIENCY * spread / 0.01) ** 2))
+    out = {"aa_rounds": len(logs), "spread_per_round": round(spread, 4),
+           "rounds_for_interval_within_1_percent": needed}
+    if seconds_per_round:
+        out["hours_for_interval_within_1_percent"] = round(needed * seconds_per_round / 3600, 2)
+    return out
 
 
 def main():
@@ -308,6 +336,7 @@ def measure(args, shoal, baseline, modes, runs, errors, result):
                       f"accuracy {metric.get('value')}, "
                       f"wall {ms / 1000.0:.2f} s")
             result["rounds_done"] = rep + 1
+            result["seconds_per_round"] = round((time.monotonic() - started) / (rep + 1), 2)
 
 
 def summarize(modes, runs, errors, result, baseline):
@@ -356,6 +385,8 @@ def summarize(modes, runs, errors, result, baseline):
     result["step_median_ratio_hand_again_hand_ci95"] = aa
     result["machine_resolves_1_percent"] = (None if aa is None
                                             else aa[0] >= 0.99 and aa[1] <= 1.01)
+    # How far from resolving it: the rounds (and hours, at this run's pace) the interval needs.
+    result["aa_resolution"] = resolution(paired, result.get("seconds_per_round"))
     lo_hi = result["step_median_ratio_shoal_pinned_ci95"]
     # Against ranks each pinned to a core of their own: Shoal's step no more than 1 % slower.
     # (Shoal shares the job's cores among its tasks instead; on 2 cores that pins nothing.)

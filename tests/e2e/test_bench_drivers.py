@@ -1,7 +1,8 @@
 """Benchmark drivers as tools: bench/step_time.py checks its options before anything runs,
 a short real run reports every mode, stops at its time budget, and the background load it adds
 is gone when it ends; bench/step_time_concurrent.py refuses lanes it cannot run and pairs its
-rounds' ratios by kind; bench/log_forwarding.py shows every line in both of its modes. No
+rounds' ratios by kind; both say how many rounds a +-1 % interval would need on the machine they
+ran on; bench/log_forwarding.py shows every line in both of its modes. No
 timing is asserted."""
 
 import json
@@ -68,7 +69,34 @@ def test_a_short_run_reports_every_mode_and_stops_its_background_load():
     # One round: one paired ratio, too few for an interval.
     assert result["step_median_ratio_shoal_shoal_baseline"] > 0
     assert result["step_median_ratio_shoal_shoal_baseline_ci95"] is None
+    assert result["aa_resolution"] is None  # and too few to say what the machine resolves
+    assert result["seconds_per_round"] > 0
     assert busy_loops() == [], "the benchmark left its background load running"
+
+
+def test_resolution_says_how_many_rounds_a_1_percent_interval_needs():
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        import math
+        import step_time
+    finally:
+        sys.path.pop(0)
+    # Log ratios -10 %, -5 %, 0, +5 %, +10 %: median absolute deviation 5 %, so a robust
+    # spread of 1.4826 * 0.05 per round, and (1.96 * 1.2533 * 7.413) ** 2 = 331.6 rounds.
+    ratios = [math.exp(x) for x in (-0.1, -0.05, 0.0, 0.05, 0.1)]
+    got = step_time.resolution(ratios, seconds_per_round=36.0)
+    assert got == {"aa_rounds": 5, "spread_per_round": 0.0741,
+                   "rounds_for_interval_within_1_percent": 332,
+                   "hours_for_interval_within_1_percent": 3.32}, got
+    # A quarter of the spread needs a sixteenth of the rounds.
+    quiet = step_time.resolution([math.exp(x / 4) for x in (-0.1, -0.05, 0.0, 0.05, 0.1)])
+    assert quiet["rounds_for_interval_within_1_percent"] == 21, quiet
+    assert "hours_for_interval_within_1_percent" not in quiet
+    # One stalled run moves the spread little; a noiseless pair still needs an interval's 3.
+    stalled = step_time.resolution(ratios + [3.0])
+    assert stalled["spread_per_round"] < 2 * got["spread_per_round"], stalled
+    assert step_time.resolution([1.0, 1.0, 1.0])["rounds_for_interval_within_1_percent"] == 3
+    assert step_time.resolution([1.0, 1.02]) is None
 
 
 CONCURRENT = e2e.REPO_ROOT / "bench" / "step_time_concurrent.py"
