@@ -6,6 +6,7 @@ ran on; bench/log_forwarding.py shows every line in both of its modes. No
 timing is asserted."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -77,7 +78,6 @@ def test_a_short_run_reports_every_mode_and_stops_its_background_load():
 def test_resolution_says_how_many_rounds_a_1_percent_interval_needs():
     sys.path.insert(0, str(BENCH.parent))
     try:
-        import math
         import step_time
     finally:
         sys.path.pop(0)
