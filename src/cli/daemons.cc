@@ -241,6 +241,11 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
   });
   int code = (*master)->Wait();
   tensorboard.reset();  // it serves the job's logs only while the job lives
+  // A client behind on the output (a paused pager, a slow link) gets a moment to take the
+  // rest from this master; past it, `shoal run` reads what is left from logs.txt itself.
+  if (!(*master)->WaitForWatchers(std::chrono::seconds(5))) {
+    spdlog::info("a client was still reading the job's output; it catches up from logs.txt");
+  }
   spdlog::info("job finished; master exiting with {}", code);
   return code;
 }

@@ -10,6 +10,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitJobFailed = 1;
 inline constexpr int kExitUsage = 2;  // invalid job file, bad flags, unknown job
 inline constexpr int kExitInterrupted = 130;
+// SIGHUP (the terminal went away): the client detached; the job keeps running.
+inline constexpr int kExitHangup = 129;
 
 struct RunOptions {
   std::string job_file;

@@ -55,8 +55,9 @@ class GrpcMasterClient final : public MasterClient {
     return FromGrpc(stub_->Kill(&ctx, req, &reply), "ask the master to kill the job");
   }
 
-  absl::Status Watch(bool logs, const std::function<void(const nlohmann::json&)>& on_status,
-                     const std::function<void(const std::string&)>& on_log,
+  absl::Status Watch(bool logs, uint64_t log_offset,
+                     const std::function<void(const nlohmann::json&)>& on_status,
+                     const std::function<void(uint64_t, const std::string&)>& on_log,
                      const std::function<void(const std::string&)>& on_notice) override {
     grpc::ClientContext ctx;
     Prepare(ctx);
@@ -67,11 +68,12 @@ class GrpcMasterClient final : public MasterClient {
     }
     v1::WatchRequest req;
     req.set_logs(logs);
+    req.set_log_offset(log_offset);
     auto reader = stub_->Watch(&ctx, req);
     v1::WatchEvent event;
     while (reader->Read(&event)) {
       if (event.has_status()) on_status(master::JobStatusToJson(event.status()));
-      if (event.has_log()) on_log(event.log().data());
+      if (event.has_log()) on_log(event.log_offset(), event.log().data());
       if (event.kind_case() == v1::WatchEvent::kNotice) on_notice(event.notice());
     }
     auto st = reader->Finish();

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <string_view>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -49,7 +51,8 @@ class Console {
  public:
   explicit Console(bool quiet) : live_(!quiet && ::isatty(STDERR_FILENO)), quiet_(quiet) {}
 
-  void Output(const std::string& lines) {
+  // Blocks while stdout does (a pager, a slow pipe): that is what slows the stream down.
+  void Output(std::string_view lines) {
     std::lock_guard<std::mutex> lock(mu_);
     ClearStatus();
     std::fwrite(lines.data(), 1, lines.size(), stdout);
@@ -71,6 +74,22 @@ class Console {
     std::lock_guard<std::mutex> lock(mu_);
     ClearStatus();
     std::fprintf(stderr, "shoal | %s\n", line.c_str());
+    DrawStatus();
+  }
+  // For the signal thread, which must not wait while output is blocked on a stalled stdout:
+  // then the message goes to stderr without touching the live line.
+  void MessageNow(const std::string& line) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (lock.owns_lock()) ClearStatus();
+    std::fprintf(stderr, "shoal | %s\n", line.c_str());
+    if (lock.owns_lock()) DrawStatus();
+  }
+  // Redraws the live line if nothing else is writing (the signal thread keeps its clock going).
+  void TryStatus(const std::string& line) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || !live_ || line == status_) return;
+    status_ = line;
+    ClearStatus();
     DrawStatus();
   }
   bool live() {
@@ -209,7 +228,7 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
 
 int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
               const std::string& job_id, uint32_t total_tasks, bool quiet,
-              const sigset_t& signals);
+              const sigset_t& signals, uint64_t log_offset);
 
 int RunJob(const RunOptions& options) {
   auto spec = spec::ParseJobSpecFile(options.job_file);
@@ -394,6 +413,7 @@ int RunJob(const RunOptions& options) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   sigaddset(&signals, SIGUSR1);  // only used to wake the signal thread when following ends
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
@@ -407,7 +427,7 @@ int RunJob(const RunOptions& options) {
     return kExitOk;
   }
   return FollowJob(options.shoal_binary, job_dir, job_id, spec->TotalTasks(), options.quiet,
-                   signals);
+                   signals, /*log_offset=*/0);
 }
 
 namespace {
@@ -417,6 +437,44 @@ pid_t MasterPid(const std::string& job_dir) {
   if (!text.ok()) return -1;
   auto j = nlohmann::json::parse(*text, nullptr, false);
   return j.is_object() ? j.value("pid", -1) : -1;
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// Where `shoal resume` starts the output: the last 64 KiB of logs.txt, from a line's start.
+uint64_t RecentOutputOffset(const std::string& path) {
+  constexpr uint64_t kRecent = 64 * 1024;
+  uint64_t size = FileSize(path);
+  if (size <= kRecent) return 0;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return 0;
+  std::string tail(kRecent, '\0');
+  ssize_t n = ::pread(fd.get(), tail.data(), tail.size(), static_cast<off_t>(size - kRecent));
+  if (n <= 0) return 0;
+  size_t nl = std::string_view(tail.data(), static_cast<size_t>(n)).find('\n');
+  return nl == std::string::npos ? size : size - kRecent + nl + 1;
+}
+
+// Prints logs.txt from `*offset` to its end through `print` (as the master would have sent
+// it), unless `stop` is set meanwhile.
+void CatchUpFromLogFile(const std::string& job_dir, uint64_t* offset,
+                        const std::atomic<bool>& stop,
+                        const std::function<void(uint64_t, const std::string&)>& print) {
+  std::string path = job_dir + "/logs.txt";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return;  // said by the caller: bytes not shown
+  std::string chunk;
+  while (!stop) {
+    chunk.resize(1 << 20);
+    ssize_t n = ::pread(fd.get(), chunk.data(), chunk.size(), static_cast<off_t>(*offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    chunk.resize(static_cast<size_t>(n));
+    print(*offset, chunk);
+  }
 }
 
 // Starts a master that takes the job over from its journal. Returns its pid.
@@ -433,7 +491,7 @@ absl::StatusOr<pid_t> StartRecoveringMaster(const std::string& shoal_binary,
 
 int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
               const std::string& job_id, uint32_t total_tasks, bool quiet,
-              const sigset_t& signals) {
+              const sigset_t& signals, uint64_t log_offset) {
   auto connected = MasterClient::Connect(job_dir);
   if (!connected.ok()) {
     std::cerr << "shoal: " << connected.status().message() << "\n";
@@ -448,10 +506,15 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
   };
   Console console(quiet);
   console.Message(absl::StrCat("job ", job_id, " (", total_tasks, " tasks) in ", job_dir));
+  if (log_offset > 0) {
+    console.Message(absl::StrCat("earlier output is not repeated here; `shoal logs ", job_id,
+                                 "` has every line"));
+  }
 
-  std::atomic<bool> done{false}, interrupted{false};
+  std::atomic<bool> done{false}, interrupted{false}, hung_up{false};
   std::mutex status_mu;
   nlohmann::json last_status;
+  std::string last_queue_reason;
   auto started = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -462,14 +525,23 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
     while (!done) {
       int sig = ::sigtimedwait(&signals, nullptr, &tick);
       if (sig == SIGUSR1) continue;
+      if (sig == SIGHUP) {
+        // The terminal went away (a closed ssh session): the job goes on without this client,
+        // as with --detach. Stopping a long training run because a connection dropped would
+        // lose hours; `shoal kill` stops it on purpose.
+        hung_up = true;
+        current_client()->Cancel();
+        continue;
+      }
       if (sig > 0 && !interrupted.exchange(true)) {
-        console.Message(absl::StrCat("interrupted: stopping every task of ", job_id));
-        kill_sent_at = std::chrono::steady_clock::now();
+        // Asked before anything is printed: printing may wait on a stalled stdout.
         auto kst = current_client()->Kill(absl::StrCat("interrupted by ", sigabbrev_np(sig) ? "SIG" : "",
                                                 sigabbrev_np(sig) ? sigabbrev_np(sig) : "signal"));
-        if (!kst.ok()) console.Message(std::string(kst.message()));
+        kill_sent_at = std::chrono::steady_clock::now();
+        console.MessageNow(absl::StrCat("interrupted: stopping every task of ", job_id));
+        if (!kst.ok()) console.MessageNow(std::string(kst.message()));
       } else if (sig > 0) {
-        console.Message("still stopping; the master kills what is left within a few seconds");
+        console.MessageNow("still stopping; the master kills what is left within a few seconds");
       }
       // Should the master never confirm, stop following rather than hang the terminal.
       if (interrupted && std::chrono::steady_clock::now() - kill_sent_at > Ms(10000)) {
@@ -478,30 +550,52 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
       // Keep the live line's clock moving while nothing changes.
       std::lock_guard<std::mutex> lock(status_mu);
       if (!last_status.is_null() && console.live()) {
-        console.Status(StatusLine(last_status, elapsed()));
+        console.TryStatus(StatusLine(last_status, elapsed()));
       }
     }
   });
+
+  // The next byte of the job's logs.txt to print. The master sends output from where this
+  // client asks, at the pace this client prints it; after a new master takes over, it goes on
+  // from here, so no line is lost or printed twice.
+  uint64_t next_offset = log_offset;
+  auto print_output = [&](uint64_t offset, const std::string& lines) {
+    if (offset + lines.size() <= next_offset) return;  // printed before a reconnection
+    if (offset > next_offset) {
+      console.Message(absl::StrCat("bytes ", next_offset, "-", offset,
+                                   " of the job's output were not received; `shoal logs ", job_id,
+                                   "` has every line"));
+    }
+    size_t skip = offset < next_offset ? static_cast<size_t>(next_offset - offset) : 0;
+    console.Output(std::string_view(lines).substr(skip));
+    next_offset = offset + lines.size();
+  };
 
   absl::Status watch;
   int recoveries = 0;
   while (true) {
     watch = current_client()->Watch(
-        /*logs=*/true,
+        /*logs=*/true, next_offset,
         [&](const nlohmann::json& status) {
           std::lock_guard<std::mutex> lock(status_mu);
           last_status = status;
           console.Status(StatusLine(status, elapsed()));
+          // Why the job waits is worth a line even with --quiet: it may wait for long.
+          std::string state = status.value("state", "");
+          std::string reason = state == "queued" ? status.value("reason", "") : "";
+          if (quiet && !reason.empty() && reason != last_queue_reason) {
+            console.Message(absl::StrCat("queued: ", reason));
+          }
+          last_queue_reason = reason;
         },
-        [&](const std::string& lines) { console.Output(lines); },
-        [&](const std::string& notice) { console.Message(notice); });
+        print_output, [&](const std::string& notice) { console.Message(notice); });
     std::string state;
     {
       std::lock_guard<std::mutex> lock(status_mu);
       state = last_status.value("state", "");
     }
     bool finished = state == "succeeded" || state == "failed" || state == "killed";
-    if (finished || interrupted) break;
+    if (finished || interrupted || hung_up) break;
     // The stream ended before the job did. A master that died is replaced by one that rebuilds
     // the job from its journal; the agents keep the tasks running meanwhile.
     pid_t pid = MasterPid(job_dir);
@@ -534,11 +628,29 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
     std::lock_guard<std::mutex> lock(client_mu);
     client = std::move(*reconnected);
   }
+  if (hung_up) {
+    done = true;
+    ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
+    signal_thread.join();
+    console.Done();
+    // The terminal may be gone; said anyway for a client whose stderr goes to a file.
+    std::cerr << "shoal | hung up: detached from job " << job_id
+              << ", which keeps running (shoal status " << job_id << ", shoal resume " << job_id
+              << ", shoal kill " << job_id << ")\n";
+    return kExitHangup;
+  }
+  // A master that ended (or died) before this client took all of the output: the rest is in
+  // logs.txt, which this client reads itself.
+  if (!interrupted) CatchUpFromLogFile(job_dir, &next_offset, interrupted, print_output);
   done = true;
   ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
   signal_thread.join();
   KeepUntilExit(std::move(client));  // `shoal run` ends the moment the outcome is printed
   console.Done();
+  if (uint64_t size = FileSize(job_dir + "/logs.txt"); size > next_offset) {
+    std::cerr << "shoal | " << size - next_offset << " bytes of the job's output were not shown; `shoal logs "
+              << job_id << "` has every line\n";
+  }
 
   std::string state = last_status.value("state", "");
   bool terminal = state == "succeeded" || state == "failed" || state == "killed";
@@ -581,6 +693,7 @@ int ResumeJob(const std::string& jobs_root, const std::string& job, const std::s
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
   sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   pid_t pid = MasterPid(*job_dir);
@@ -596,7 +709,8 @@ int ResumeJob(const std::string& jobs_root, const std::string& job, const std::s
   }
   uint32_t tasks = 0;
   if (auto file = ReadStatusFile(*job_dir)) tasks = file->value("tasks", nlohmann::json::array()).size();
-  return FollowJob(shoal_binary, *job_dir, job_id, tasks, quiet, signals);
+  return FollowJob(shoal_binary, *job_dir, job_id, tasks, quiet, signals,
+                   RecentOutputOffset(*job_dir + "/logs.txt"));
 }
 
 }  // namespace shoal::client

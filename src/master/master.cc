@@ -108,6 +108,9 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
   auto logs = TaskLogs::Open(master->options_.job_dir);
   if (!logs.ok()) return logs.status();
   master->logs_ = std::move(*logs);
+  auto feed = LogFeed::Open(master->options_.job_dir + "/logs.txt");
+  if (!feed.ok()) return feed.status();
+  master->log_feed_ = std::move(*feed);
   if (master->options_.recover) {
     // Read before anything is appended: the previous master's record of the job.
     auto records = Journal::ReadAll(master->options_.job_dir + "/events.jsonl");
@@ -384,26 +387,42 @@ void Master::FillStatus(v1::JobStatus* status) {
   status->ParseFromString(status_snapshot_);
 }
 
-std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs, std::function<void()> on_ready) {
-  auto queue = std::make_shared<WatchQueue>(logs, std::move(on_ready));
+std::shared_ptr<WatchQueue> Master::AddWatcher(bool logs, uint64_t log_offset,
+                                               std::function<void()> on_ready) {
+  auto queue = std::make_shared<WatchQueue>(logs ? log_feed_ : nullptr, log_offset,
+                                            std::move(on_ready));
   // On the loop, so the first status and every later event arrive in order. Not waited for:
   // the caller is a gRPC reaction, which must not block on the loop.
   loop_.Post([this, queue] {
     v1::WatchEvent event;
-    v1::WatchEvent omitted;
-    omitted.set_notice(absl::StrCat("earlier output is not repeated here; every line is in ",
-                                    options_.job_dir, "/logs.txt"));
     {
       // Under the lock: nothing published meanwhile is missed or sent twice.
       std::lock_guard<std::mutex> lock(mu_);
       event.mutable_status()->ParseFromString(status_snapshot_);
-      queue->Push(event.SerializeAsString(), false);
-      watch_backlog_.ReplayTo(*queue, omitted.SerializeAsString());
+      watch_backlog_.ReplayTo(*queue);
+      queue->Push(event.SerializeAsString(), logs_->combined_bytes(), /*is_status=*/true);
       watchers_.push_back(queue);
     }
     if (IsTerminal(phase_) && finished_unix_ms_ != 0) queue->Close();
   });
   return queue;
+}
+
+bool Master::WaitForWatchers(std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (true) {
+    bool drained = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& w : watchers_) {
+        // A watcher whose client went away is released by its call: expired here.
+        if (auto q = w.lock(); q && !q->Drained()) drained = false;
+      }
+    }
+    if (drained) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 // ---------------------------------------------------------------- admission and rendezvous
@@ -803,7 +822,7 @@ void Master::OnTaskExited(const v1::AgentMessage& message, bool settled) {
     return;
   }
   // Whatever partial line the task left goes out too, so its last words are not lost.
-  if (std::string lines = logs_->FinishTask(rec->Key()); !lines.empty()) PublishLogLines(lines);
+  logs_->FinishTask(rec->Key());
   rec->exit_code = m.exit_code();
   rec->signal = m.signal();
   if (!m.error().empty()) {
@@ -826,32 +845,21 @@ void Master::OnLog(const v1::AgentMessage& message) {
   const auto& m = message.log();
   TaskRecord* rec = state_.Find(m.task().role(), m.task().index());
   if (rec == nullptr) return;
-  std::string lines = logs_->Append(rec->Key(), TaskDirName(rec->role, rec->index),
-                                    m.stream() == v1::LogChunk::STREAM_STDERR, m.data());
-  if (!lines.empty()) PublishLogLines(lines);
-}
-
-void Master::PublishLogLines(const std::string& lines) {
-  v1::WatchEvent event;
-  event.mutable_log()->set_data(lines);
-  std::string serialized = event.SerializeAsString();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& w : watchers_) {
-    auto q = w.lock();
-    if (q && q->wants_logs()) q->Push(serialized, true);
-  }
-  watch_backlog_.Add(serialized, true);
+  // Watchers read the lines from logs.txt once the batch's flush commits them.
+  logs_->Append(rec->Key(), TaskDirName(rec->role, rec->index),
+                m.stream() == v1::LogChunk::STREAM_STDERR, m.data());
 }
 
 void Master::EmitNotice(const std::string& notice) {
   v1::WatchEvent event;
   event.set_notice(notice);
   std::string serialized = event.SerializeAsString();
+  uint64_t mark = logs_->combined_bytes();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : watchers_) {
-    if (auto q = w.lock()) q->Push(serialized, false);
+    if (auto q = w.lock()) q->Push(serialized, mark, /*is_status=*/false);
   }
-  watch_backlog_.Add(serialized, false);
+  watch_backlog_.Add(std::move(serialized), mark);
 }
 
 void Master::OnPlaceLost(const std::string& node, const std::string& why) {
@@ -1426,7 +1434,13 @@ void Master::Commit() {
 
 void Master::AfterBatch() {
   Commit();
-  logs_->Flush();
+  if (logs_->Flush() && logs_->combined_bytes() != log_feed_->committed()) {
+    log_feed_->Commit(logs_->combined_bytes());
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& w : watchers_) {
+      if (auto q = w.lock()) q->NewOutput();
+    }
+  }
   auto progress_now = options_.clock->Now();
   if (!status_dirty_ && progress_dirty_ &&
       progress_now - last_publish_ >= kProgressPublishInterval) {
@@ -1503,9 +1517,10 @@ void Master::PublishStatus(bool write_file) {
     std::lock_guard<std::mutex> lock(mu_);
     status_snapshot_ = serialized;
     std::vector<std::weak_ptr<WatchQueue>> alive;
+    uint64_t mark = logs_->combined_bytes();
     for (auto& w : watchers_) {
       if (auto q = w.lock()) {
-        q->Push(event_bytes, false);
+        q->Push(event_bytes, mark, /*is_status=*/true);
         alive.push_back(w);
       }
     }

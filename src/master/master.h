@@ -121,8 +121,13 @@ class Master {
                             const v1::AgentMessage& message);
   void AgentDisconnected(uint64_t session);
   void FillStatus(v1::JobStatus* status);  // thread-safe snapshot
-  // A new watcher's queue; `on_ready` runs whenever events were pushed or it was closed.
-  std::shared_ptr<WatchQueue> AddWatcher(bool logs, std::function<void()> on_ready);
+  // A new watcher's queue; `on_ready` runs whenever events were pushed, output was committed or
+  // it was closed. With `logs`, output is sent from byte `log_offset` of logs.txt on.
+  std::shared_ptr<WatchQueue> AddWatcher(bool logs, uint64_t log_offset,
+                                         std::function<void()> on_ready);
+  // After Wait: gives watchers up to `limit` to take what is left of the job's output and
+  // status. True when every one did (or none is connected).
+  bool WaitForWatchers(std::chrono::milliseconds limit);
 
  private:
   struct AgentSession {
@@ -202,7 +207,6 @@ class Master {
   // write_file: also refresh status.json (state changes do; progress-only refreshes do not).
   void PublishStatus(bool write_file = true);
   void WriteStatusFile();
-  void PublishLogLines(const std::string& prefixed_lines);
   void EmitNotice(const std::string& notice);
   AgentSession* SessionForNode(const std::string& node);
 
@@ -295,8 +299,10 @@ class Master {
   bool finished_ = false;
   std::string status_snapshot_;  // serialized v1::JobStatus, refreshed after each batch
   std::vector<std::weak_ptr<WatchQueue>> watchers_;
-  // What watchers were sent, for those that attach later; 1 MiB of output is many screens.
-  WatchBacklog watch_backlog_{1 << 20};
+  // The notices watchers were sent, for those that attach later.
+  WatchBacklog watch_backlog_;
+  // logs.txt as watchers read it; committed after each batch's flush.
+  std::shared_ptr<LogFeed> log_feed_;
 };
 
 }  // namespace shoal::master

@@ -5,8 +5,10 @@
 
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/str_cat.h"
 #include "master/master.h"
 #include "master/watch_queue.h"
+#include "spdlog/spdlog.h"
 
 namespace shoal::master {
 
@@ -275,25 +277,37 @@ class WatchCall final : public AsyncCall {
   }
 
  private:
-  // Under mu_: the next queued event, or the end.
+  // Under mu_: the next queued event or read of output, or the end.
   void WriteNext() {
     if (writing_ || finish_started_ || ended_) return;
     std::string bytes;
+    uint64_t offset = 0;
     bool more = false;
-    switch (queue_->TryPop(&bytes, &more)) {
+    switch (queue_->TryPop(&bytes, &offset, &more)) {
       case WatchQueue::Next::kEmpty:
         return;
       case WatchQueue::Next::kEnded:
         return StartFinish(grpc::Status::OK);
       case WatchQueue::Next::kEvent:
+        event_.ParseFromString(bytes);
+        break;
+      case WatchQueue::Next::kOutput:
+        event_.Clear();
+        event_.mutable_log()->set_data(std::move(bytes));
+        event_.set_log_offset(offset);
+        break;
+      case WatchQueue::Next::kOutputFailed:
+        spdlog::error("a watcher's output stops at byte {}: {}", offset, bytes);
+        event_.Clear();
+        event_.set_notice(absl::StrCat("output stops here (byte ", offset, " of logs.txt): ",
+                                       bytes, "; the task logs are in tasks/ of the job"));
         break;
     }
-    event_.ParseFromString(bytes);
-    // With more queued, the transport may hold this one back to send it with the next.
-    grpc::WriteOptions options;
-    if (more) options.set_buffer_hint();
-    writing_ = StartOp(service_, &outstanding_,
-                       [&] { writer_.Write(event_, options, &write_tag_); });
+    // No buffer hint, though more may be ready: a hinted write's completion can wait for the
+    // next write, and the next one starts only on that completion. Output goes in reads of up
+    // to 256 KiB, so there is little to coalesce anyway.
+    (void)more;
+    writing_ = StartOp(service_, &outstanding_, [&] { writer_.Write(event_, &write_tag_); });
     if (!writing_) ended_ = true;
   }
 
@@ -309,7 +323,8 @@ class WatchCall final : public AsyncCall {
     }
     notifier_ = std::make_shared<CallHandle<WatchCall>>(this);
     // The loop pushes the first status (and notifies) later, never inside AddWatcher.
-    queue_ = service_->master()->AddWatcher(request_.logs(), [notifier = notifier_] {
+    queue_ = service_->master()->AddWatcher(request_.logs(), request_.log_offset(),
+                                            [notifier = notifier_] {
       notifier->With([](WatchCall& call) {
         std::lock_guard<std::mutex> lock(call.mu_);
         call.WriteNext();

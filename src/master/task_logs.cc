@@ -1,5 +1,7 @@
 #include "master/task_logs.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 
 #include "common/files.h"
@@ -10,7 +12,15 @@ absl::StatusOr<std::unique_ptr<TaskLogs>> TaskLogs::Open(const std::string& job_
   std::string path = job_dir + "/logs.txt";
   std::FILE* combined = std::fopen(path.c_str(), "a");
   if (combined == nullptr) return ErrnoStatus("open " + path, errno);
-  return std::unique_ptr<TaskLogs>(new TaskLogs(job_dir, combined));
+  // A recovering master appends to its predecessor's file: offsets into it stay valid.
+  struct stat st {};
+  if (::fstat(::fileno(combined), &st) != 0) {
+    int err = errno;
+    std::fclose(combined);
+    return ErrnoStatus("stat " + path, err);
+  }
+  return std::unique_ptr<TaskLogs>(
+      new TaskLogs(job_dir, combined, static_cast<uint64_t>(st.st_size)));
 }
 
 TaskLogs::~TaskLogs() {
@@ -63,16 +73,19 @@ std::string TaskLogs::FinishTask(const std::string& task) {
   return lines;
 }
 
-void TaskLogs::Flush() {
-  std::fflush(combined_);
+bool TaskLogs::Flush() {
+  bool flushed = std::fflush(combined_) == 0;
   for (auto& [task, sink] : sinks_) {
     if (sink.out) std::fflush(sink.out);
     if (sink.err) std::fflush(sink.err);
   }
+  return flushed;
 }
 
 void TaskLogs::WriteCombined(const std::string& lines) {
-  if (!lines.empty()) std::fwrite(lines.data(), 1, lines.size(), combined_);
+  if (lines.empty()) return;
+  std::fwrite(lines.data(), 1, lines.size(), combined_);
+  combined_bytes_ += lines.size();
 }
 
 }  // namespace shoal::master

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -32,8 +33,12 @@ class TaskLogs {
   // The task ended: its unfinished lines, prefixed and terminated, written to logs.txt ("" if
   // none).
   std::string FinishTask(const std::string& task);
-  // Pushes buffered writes to the files (once per batch of the master's loop).
-  void Flush();
+  // Pushes buffered writes to the files (once per batch of the master's loop). False when
+  // logs.txt could not take them (a full disk): what it holds then ends before
+  // combined_bytes().
+  bool Flush();
+  // The size of logs.txt once everything written so far is flushed: whole lines only.
+  uint64_t combined_bytes() const { return combined_bytes_; }
 
  private:
   struct Sink {
@@ -41,12 +46,13 @@ class TaskLogs {
     std::FILE* err = nullptr;
     std::string partial[2];
   };
-  TaskLogs(std::string job_dir, std::FILE* combined)
-      : job_dir_(std::move(job_dir)), combined_(combined) {}
+  TaskLogs(std::string job_dir, std::FILE* combined, uint64_t size)
+      : job_dir_(std::move(job_dir)), combined_(combined), combined_bytes_(size) {}
   void WriteCombined(const std::string& lines);
 
   std::string job_dir_;
   std::FILE* combined_;
+  uint64_t combined_bytes_;
   std::map<std::string, Sink> sinks_;
 };
 

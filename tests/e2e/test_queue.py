@@ -114,3 +114,19 @@ def test_interrupting_a_queued_job(tmp_path, write_job, detach_job, start_shoal,
     assert "waiting for" not in r.stderr
     (third,) = [d for d in e2e.job_dirs(jobs_dir) if d.name.startswith("third-")]
     assert "queued" not in [e["type"] for e in e2e.read_events(third)]
+
+
+def test_quiet_still_says_why_a_job_waits(tmp_path, write_job, detach_job, start_shoal, jobs_dir,
+                                          wait_for_state):
+    holder, gate = start_holder(tmp_path, write_job, detach_job, wait_for_state)
+    client = start_shoal("run", "-q", write_job(WAITER, name="waiter.yaml"))
+    waiter_dir = e2e.wait_for_job(jobs_dir, "waiter")
+    wait_for_state(waiter_dir.name, lambda s: s["state"] == "queued", 60, "the waiter to queue")
+    # Said while it waits, once, not only after it ran.
+    line = e2e.wait_until(
+        lambda: [l for l in client.stderr().splitlines() if l.startswith("shoal | queued: ")],
+        30, "shoal run -q to say why the job waits")
+    assert f"held by {holder}" in line[0], line
+    gate.write_text("go")
+    assert client.wait(120) == 0, client.stderr()
+    assert len([l for l in client.stderr().splitlines() if "queued: " in l]) == 1, client.stderr()
