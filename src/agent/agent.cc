@@ -271,6 +271,7 @@ void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
   e->set_exit_code(exit.exit_code);
   e->set_signal(exit.signal);
   e->set_stopped_by_agent(exit.stopped_by_request);
+  e->set_oom_killed(exit.oom_killed);
   log_batcher_->Flush();  // the task's last words before its exit
   if (exit.oom_killed) {
     v1::AgentMessage notice;

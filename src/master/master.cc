@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 #include "common/files.h"
 #include "openssl/evp.h"
 #include "openssl/hmac.h"
@@ -90,6 +91,13 @@ v1::JobState ToProto(JobPhase p) {
     case JobPhase::kKilled: return v1::JOB_STATE_KILLED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
+}
+
+// " (memory: 2GiB)" for a role with a memory limit, "" otherwise.
+std::string MemoryLimitText(const spec::JobSpec& spec, const std::string& role) {
+  const spec::Role* r = spec.FindRole(role);
+  if (r == nullptr || r->resources.memory_bytes == 0) return "";
+  return absl::StrCat(" (memory: ", FormatByteSize(r->resources.memory_bytes), ")");
 }
 
 std::string TaskDirName(const std::string& role, uint32_t index) {
@@ -833,6 +841,11 @@ void Master::OnTaskExited(const v1::AgentMessage& message, bool settled) {
     Transition(*rec, TaskState::kKilled, rec->reason.empty() ? "stopped by Shoal" : rec->reason);
   } else if (m.signal() == 0 && m.exit_code() == 0) {
     HandleCleanExit(*rec);
+  } else if (m.oom_killed()) {
+    // The final line must say why, not only the signal (the notice before it already does).
+    HandleTaskFailure(*rec, absl::StrCat(DescribeExit(m.exit_code(), m.signal()),
+                                         " for exceeding its memory limit",
+                                         MemoryLimitText(options_.spec, rec->role)));
   } else {
     HandleTaskFailure(*rec, DescribeExit(m.exit_code(), m.signal()));
   }

@@ -33,7 +33,9 @@ def test_memory_hog_is_killed(write_file, write_job, run_shoal, jobs_dir, shoal_
     assert r.returncode == 1, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     assert "allocated 300MB" not in r.stdout
     last = [l for l in r.stderr.splitlines() if l.strip()][-1]
-    assert "failed: worker:0 was killed by signal 9 (SIGKILL)" in last, r.stderr
+    # The final line says why, not only the signal.
+    assert ("failed: worker:0 was killed by signal 9 (SIGKILL) for exceeding its memory limit "
+            "(memory: 64MiB)") in last, r.stderr
     # docs/configuration.md: the kill is reported as such...
     notice = "worker:0 was killed for exceeding its memory limit"
     assert notice in r.stdout + r.stderr, r.stdout + r.stderr
