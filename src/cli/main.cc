@@ -8,9 +8,14 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include <grpc/support/log.h>
+
 #include "CLI/CLI.hpp"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cli/daemons.h"
 #include "client/commands.h"
@@ -30,9 +35,18 @@ std::string SelfPath(const char* argv0) {
 
 int RunShoal(int argc, char** argv);
 
+// gRPC's own log lines ("No address added out of total 1 resolved" for a port in use, a peer
+// that went away) are for whoever debugs Shoal, not for its users, who get Shoal's own message
+// naming what is wrong: they go to Shoal's log at debug level.
+void LogGrpcAtDebug(gpr_log_func_args* args) {
+  spdlog::debug("grpc {}:{}: {}", args->file ? args->file : "?", args->line,
+                args->message ? args->message : "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpr_set_log_function(&LogGrpcAtDebug);
   int code = RunShoal(argc, argv);
   // Every command has finished its work and released what it owns by the time it returns; what
   // exit() would still run is the libraries' global teardown, gRPC's among it, which sleeps 1 ms
@@ -67,7 +81,8 @@ int RunShoal(int argc, char** argv) {
   }
   CLI::App app{
       "Shoal runs distributed training jobs described in one YAML file, and supervises them.\n"
-      "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 130 interrupted."};
+      "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 129 hung up (detached;\n"
+      "the job runs on), 130 interrupted."};
   app.require_subcommand(1);
   app.fallthrough();  // `shoal run --jobs-dir D job.yaml` works as well as `shoal --jobs-dir D run job.yaml`
   app.set_version_flag("--version", "shoal 0.1.0");
@@ -213,6 +228,29 @@ int RunShoal(int argc, char** argv) {
   app.add_subcommand("mpi-rsh", "Internal: Open MPI's remote shell into a worker task (mpi-rsh HOST COMMAND...)")
       ->allow_extras();
 
+  // CLI11 reads an unknown command as a stray argument and says only that a subcommand is
+  // required: name the word instead.
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--jobs-dir") {
+      ++i;
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    auto all = app.get_subcommands([](CLI::App*) { return true; });
+    bool known = false;
+    for (const CLI::App* sub : all) known = known || sub->check_name(argv[i]);
+    if (!known) {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : all) {
+        if (sub->get_description().rfind("Internal", 0) != 0) names.push_back(sub->get_name());
+      }
+      std::cerr << "shoal: unknown command '" << absl::CHexEscape(std::string(arg)) << "'; the commands are: "
+                << absl::StrJoin(names, ", ") << " (shoal --help)\n";
+      return kExitUsage;
+    }
+    break;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

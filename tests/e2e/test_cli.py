@@ -32,3 +32,14 @@ def test_usage_errors_exit_2(args, run_shoal):
     r = run_shoal(*args, timeout=30)
     assert r.returncode == 2, f"{args}: rc={r.returncode}"
     assert r.stderr.strip()
+
+
+def test_an_unknown_command_is_named(run_shoal):
+    r = run_shoal("frobnicate", timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert "shoal: unknown command 'frobnicate'; the commands are: run, submit" in r.stderr, r.stderr
+    assert "mpi-worker" not in r.stderr  # internal commands are not offered
+    # Options before the command still work, and a command's own words are not judged.
+    r = run_shoal("status", "no-such-job", timeout=30)
+    assert "unknown command" not in r.stderr, r.stderr
+

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import re
 import socket
 import subprocess
 import sys
@@ -645,6 +646,9 @@ def test_a_grpc_port_in_use_exits_1_naming_it(shoal_bin, repository, tmp_path):
                            timeout=60, env=e2e.base_env())
     assert r.returncode == 1, r.stderr
     assert f"shoal serve: cannot listen for gRPC on 127.0.0.1:{port}" in r.stderr, r.stderr
+    # Shoal's message, not gRPC's own log line ("E1205 06:00:00.000 ... chttp2_server.cc").
+    grpc_lines = [l for l in r.stderr.splitlines() if re.match(r"[EWID]\d{4} ", l) or "chttp2" in l]
+    assert not grpc_lines, r.stderr
 
 
 def test_two_servers_cannot_share_a_grpc_port(shoal_bin, repository, tmp_path, pb):
