@@ -217,6 +217,22 @@ int ServeTensorBoard(const std::string& root, const std::string& job) {
     return kExitUsage;
   }
   std::string logdir = master::TensorBoardLogdir(spec->tensorboard, *dir);
+  std::error_code ec;
+  bool has_logs = std::filesystem::is_directory(logdir, ec) &&
+                  std::filesystem::recursive_directory_iterator(logdir, ec) !=
+                      std::filesystem::recursive_directory_iterator();
+  if (!spec->tensorboard.configured && !has_logs) {
+    // Serving an empty directory would look like a TensorBoard with nothing to show yet.
+    std::cerr << "shoal: job " << std::filesystem::path(*dir).filename().string()
+              << " has no `tensorboard` section, so its tasks were given no TensorBoard "
+                 "directory and "
+              << logdir << " holds no logs; add `tensorboard: {}` to the job file (docs/job-spec.md)\n";
+    return kExitUsage;
+  }
+  if (!has_logs) {
+    std::cerr << "shoal | " << logdir
+              << " holds no TensorBoard logs yet; they appear as the tasks write them\n";
+  }
   std::vector<std::string> argv = *command;
   for (const char* a : {"--logdir", logdir.c_str(), "--host", "127.0.0.1", "--port", "0"}) {
     argv.emplace_back(a);

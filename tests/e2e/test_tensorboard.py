@@ -80,3 +80,19 @@ def test_missing_tensorboard_program_refuses_the_job(run_shoal, write_job, jobs_
     assert "tensorboard.command: '/nonexistent/bin/tensorboard' is not an executable program" \
         in r.stderr, r.stderr
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
+
+
+def test_a_job_without_tensorboard_is_not_served_as_an_empty_directory(run_shoal, write_job,
+                                                                       jobs_dir):
+    job = write_job("""
+        name: tb-none
+        roles:
+          worker: {command: ["true"]}
+        """)
+    assert run_shoal("run", job, timeout=60).returncode == 0
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    r = run_shoal("tensorboard", job_dir.name, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert (f"shoal: job {job_dir.name} has no `tensorboard` section, so its tasks were given no "
+            "TensorBoard directory") in r.stderr, r.stderr
+    assert "add `tensorboard: {}` to the job file" in r.stderr
