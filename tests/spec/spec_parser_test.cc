@@ -1733,7 +1733,7 @@ TEST(CheckPortsFitTest, RefusesMoreTasksThanTheAgentHasPortsNamingTheNumbers) {
   EXPECT_TRUE(CheckPortsFit(*spec, 100001, "x").ok());
 }
 
-// --- Issue 23: YAML merge keys and aliases --------------------------------------------------------
+// --- Issue 23: YAML merge keys and aliases -----------------------------------------------------
 
 TEST(SpecParserTest, MergeKeyBringsInAnAnchoredRoleAndOwnKeysWin) {
   absl::StatusOr<JobSpec> spec = Parse(R"(name: j
@@ -1836,7 +1836,7 @@ TEST(SpecParserTest, AMapThatMergesItselfIsRefusedNotLooped) {
   EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w"));
 }
 
-// --- Issue 23: messages that did not say what was wrong -------------------------------------------
+// --- Issue 23: messages that did not say what was wrong ----------------------------------------
 
 TEST(SpecParserTest, TabsInIndentationAreNamedAsSuch) {
   std::string msg = Refusal("name: j\nroles:\n  w:\n\tcommand: [x]\n");
