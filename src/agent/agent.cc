@@ -37,6 +37,11 @@ class MasterLink {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+    // A task's launch carries its whole environment, which the job file may fill up to the
+    // kernel's ARG_MAX (up to 6 MiB): over gRPC's 4 MiB default the stream would break and the
+    // master would see the agent disconnect instead of the task start. The master's side
+    // accepts the same.
+    args.SetMaxReceiveMessageSize(64 << 20);
     channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
     if (!channel_->WaitForConnected(std::chrono::system_clock::now() +
                                     std::chrono::milliseconds(1000))) {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "agent/free_ports.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/yarn_backend.h"
@@ -224,6 +226,33 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
   }
 }
 
+// The local agent hands each task a port from SHOAL_TASK_PORTS (else the range below the
+// kernel's ephemeral one), then from the ephemeral range: a job needing more than both hold
+// would only fail once its agent started. A malformed SHOAL_TASK_PORTS is reported later.
+absl::Status CheckLocalPortsFit(const spec::JobSpec& spec) {
+  PortRange ephemeral = agent::EphemeralPortRange();
+  PortRange task = agent::TaskPortRange(ephemeral);
+  if (const char* env = std::getenv("SHOAL_TASK_PORTS"); env != nullptr && *env != '\0') {
+    auto range = ParsePortRange(env);
+    if (!range.ok()) return absl::OkStatus();
+    task = *range;
+  }
+  auto size = [](const PortRange& r) -> uint64_t {
+    return r.low == 0 || r.low > r.high ? 0 : r.high - r.low + 1;
+  };
+  uint64_t overlap = 0;
+  if (size(task) > 0 && size(ephemeral) > 0) {
+    uint32_t low = std::max(task.low, ephemeral.low), high = std::min(task.high, ephemeral.high);
+    if (low <= high) overlap = high - low + 1;
+  }
+  std::string ranges = absl::StrCat(ephemeral.low, "-", ephemeral.high,
+                                    ", the kernel's ephemeral range");
+  if (size(task) > 0) {
+    ranges = absl::StrCat(task.low, "-", task.high, " for tasks and ", ranges);
+  }
+  return spec::CheckPortsFit(spec, size(task) + size(ephemeral) - overlap, ranges);
+}
+
 }  // namespace
 
 int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
@@ -251,6 +280,10 @@ int RunJob(const RunOptions& options) {
     inv_options.fake_gpus = options.fake_gpus;
     spec::MachineInventory machine = spec::DetectLocalInventory(inv_options);
     if (auto st = spec::CheckFitsMachine(*spec, machine); !st.ok()) {
+      std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
+      return kExitUsage;
+    }
+    if (auto st = CheckLocalPortsFit(*spec); !st.ok()) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;
     }

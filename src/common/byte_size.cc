@@ -39,6 +39,13 @@ absl::StatusOr<uint64_t> ParseByteSize(std::string_view text) {
   };
   for (const auto& [name, factor] : kUnits) {
     if (unit == name) {
+      // A fraction of a larger unit is rounded to whole bytes; a fraction of a byte is a slip.
+      if (factor == 1 && number != std::floor(number)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "'%s' is not a whole number of bytes; write a whole number, or a fraction of a larger "
+            "unit such as 1.5KiB",
+            std::string(text)));
+      }
       double bytes = std::round(number * factor);
       if (!std::isfinite(bytes) || bytes > 1.8e19) return invalid();
       return static_cast<uint64_t>(bytes);

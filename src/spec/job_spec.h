@@ -64,6 +64,7 @@ struct Role {
   uint32_t min_instances = 0;  // 0: not elastic
   uint32_t max_instances = 0;
   int line = 0;                 // line of the role's key in the job file, for messages
+  int instances_line = 0;       // line of its `instances` key; 0 where it was not written
 
   // 1-based lines of the `resources` keys, so that checks made after parsing (CheckFitsMachine)
   // point at the key to edit. 0 where the key was not written; messages then use `line`.

@@ -75,6 +75,38 @@ constexpr int64_t kMaxSamples = std::numeric_limits<int64_t>::max();
 // Agents cannot usefully report more often than this.
 constexpr std::chrono::milliseconds kMinHeartbeatInterval{10};
 
+// Maps and lists nested deeper than this are refused before yaml-cpp reads the file: it
+// recurses once per level and past about 500 levels (0.7) gives up with a bare "bad file",
+// while a job file needs about six.
+constexpr int kMaxNesting = 100;
+// Merge keys resolved inside one another, and in all: bounds on anchors that merge themselves
+// or chains of lists of aliases built to multiply the work.
+constexpr int kMaxMergeDepth = 32;
+constexpr int kMaxMerges = 10000;
+// Kept free of a role's own env and command under the kernel's ARG_MAX: the variables Shoal
+// adds (docs/environment.md; a few KiB even for a large job) and the environment the task
+// inherits from where Shoal was started.
+constexpr size_t kShoalEnvAllowance = 64 * 1024;
+
+// The kernel refuses exec (E2BIG) for one argument or environment string ("NAME=value" with
+// its NUL) longer than MAX_ARG_STRLEN, 32 pages.
+size_t MaxArgStrlen() {
+  long page = ::sysconf(_SC_PAGESIZE);
+  return 32 * static_cast<size_t>(page > 0 ? page : 4096);
+}
+
+// What exec takes in all (strings, their NULs and pointers) for arguments and environment:
+// a quarter of the stack limit, which the kernel caps at 6 MiB whatever the limit says.
+size_t ArgMax() {
+  constexpr size_t kKernelCap = 6 * 1024 * 1024;
+  long n = ::sysconf(_SC_ARG_MAX);
+  if (n <= 0) return 2 * 1024 * 1024;
+  return std::min(static_cast<size_t>(n), kKernelCap);
+}
+
+// Bytes one string takes of ARG_MAX: its text, its NUL and its pointer in argv or envp.
+size_t ExecBytes(size_t length) { return length + 1 + sizeof(char*); }
+
 constexpr char kDurationForm[] = "a duration such as 500ms, 30s or 2m";
 constexpr char kCheckpointDirForm[] =
     "a directory path, absolute or relative to the job file, or a URI such as hdfs://nn/ckpt";
@@ -83,9 +115,32 @@ constexpr char kCommandForm[] =
     "a non-empty list of strings (argv), e.g. [python3, train.py], or a non-empty string run "
     "by /bin/sh -c";
 
+// User text as messages print it: control bytes (a NUL, a tab, an escape sequence) written as
+// \x00, \t and so on, so that each problem stays one line of plain text whatever the file or
+// its name holds.
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += absl::StrFormat("\\x%02x", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // "file:line" or just "file" when the line is unknown (0), as in hand-built specs.
 std::string Where(absl::string_view source, int line) {
-  std::string name = source.empty() ? std::string("job") : std::string(source);
+  std::string name = source.empty() ? std::string("job") : Printable(source);
   return line > 0 ? absl::StrCat(name, ":", line) : name;
 }
 
@@ -176,6 +231,13 @@ bool IsValidEnvName(absl::string_view s) {
 
 bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
 
+// A NUL ends a C string: a path, argument or variable holding one would be cut short at exec.
+bool HasNul(absl::string_view text) { return text.find('\0') != absl::string_view::npos; }
+
+constexpr char kNulMessage[] =
+    "must not contain a NUL byte (\\x00): paths, arguments and environment variables end at "
+    "the first one";
+
 // How a value reads in "got ..." messages: numbers as written, other text quoted and cut short.
 std::string Describe(const YAML::Node& node) {
   if (!node.IsDefined() || node.IsNull()) return "nothing";
@@ -217,6 +279,85 @@ std::string AbsoluteBaseDir(const std::string& base_dir) {
   if (ec) cwd = "/";
   if (base_dir.empty()) return ResolveDir(cwd.string(), ".");
   return ResolveDir(cwd.string(), base_dir);
+}
+
+struct TextSpot {
+  int line = 0;    // 1-based
+  int column = 0;  // 1-based
+};
+
+// Where `text` first nests maps and lists more than kMaxNesting deep. An estimate made before
+// any YAML parsing, so that yaml-cpp never recurses that far: flow brackets outside quotes and
+// comments, plus block levels from indentation and from "- " items opened on one line.
+std::optional<TextSpot> FindDeepNesting(absl::string_view text) {
+  std::vector<size_t> indents;  // indentation of the block levels open at this line
+  int flow = 0;
+  int line = 1;
+  for (size_t pos = 0; pos <= text.size(); ++line) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    absl::string_view l = text.substr(pos, end - pos);
+    pos = end + 1;
+    size_t i = 0;
+    while (i < l.size() && l[i] == ' ') ++i;
+    bool blank = i == l.size() || l[i] == '#' || l[i] == '\r';
+    if (!blank && flow == 0) {
+      while (!indents.empty() && indents.back() >= i) indents.pop_back();
+      indents.push_back(i);
+      size_t depth = indents.size();
+      if (depth > static_cast<size_t>(kMaxNesting)) return TextSpot{line, static_cast<int>(i) + 1};
+      while (i + 1 < l.size() && l[i] == '-' && (l[i + 1] == ' ' || l[i + 1] == '\t')) {
+        if (++depth > static_cast<size_t>(kMaxNesting)) {
+          return TextSpot{line, static_cast<int>(i) + 1};
+        }
+        i += 2;
+        while (i < l.size() && l[i] == ' ') ++i;
+      }
+    }
+    char quote = 0;
+    for (; i < l.size(); ++i) {
+      char c = l[i];
+      if (quote != 0) {
+        if (quote == '"' && c == '\\') {
+          ++i;
+        } else if (c == quote) {
+          quote = 0;
+        }
+        continue;
+      }
+      if (c == '#' && (i == 0 || l[i - 1] == ' ' || l[i - 1] == '\t')) break;
+      if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '[' || c == '{') {
+        if (static_cast<size_t>(++flow) + indents.size() > static_cast<size_t>(kMaxNesting)) {
+          return TextSpot{line, static_cast<int>(i) + 1};
+        }
+      } else if ((c == ']' || c == '}') && flow > 0) {
+        --flow;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// The first tab in the indentation of a line at or before `last_line` (1-based) that holds
+// more than whitespace and a comment: YAML forbids tabs there, and yaml-cpp then reports only
+// a consequence such as "illegal map value".
+std::optional<TextSpot> FindIndentTab(absl::string_view text, int last_line) {
+  int line = 1;
+  for (size_t pos = 0; pos <= text.size() && line <= last_line; ++line) {
+    size_t end = std::min(text.find('\n', pos), text.size());
+    absl::string_view l = text.substr(pos, end - pos);
+    pos = end + 1;
+    size_t i = 0;
+    std::optional<size_t> tab;
+    for (; i < l.size() && (l[i] == ' ' || l[i] == '\t'); ++i) {
+      if (l[i] == '\t' && !tab) tab = i;
+    }
+    if (tab && i < l.size() && l[i] != '#' && l[i] != '\r') {
+      return TextSpot{line, static_cast<int>(*tab) + 1};
+    }
+  }
+  return std::nullopt;
 }
 
 // Sees one document's events, to tell whether its root is a bare null and where it starts.
@@ -297,6 +438,10 @@ struct Entry {
   YAML::Node key_node;
   YAML::Node value;
   int line = 0;
+  // The value is, or lies inside, a value written elsewhere (an alias `*name`, or a map merged
+  // with `<<`). yaml-cpp shares the anchored node, whose marks point at the anchor; messages
+  // about anything inside must point at the use instead, which is `line`.
+  bool aliased = false;
 };
 
 // A key that may be written at the job level, on a role, or both.
@@ -332,12 +477,25 @@ class Parser {
       : source_(std::move(source)), base_dir_(std::move(base_dir)) {}
 
   absl::StatusOr<JobSpec> Parse(const std::string& text) {
+    if (std::optional<TextSpot> deep = FindDeepNesting(text)) {
+      return Refuse(absl::StrCat(source_, ":", deep->line, ":", deep->column,
+                                 ": invalid job file: maps and lists nest more than ", kMaxNesting,
+                                 " levels deep here; a job file needs only a few"));
+    }
     YAML::Node root;
     DocumentCount documents;
     try {
       root = YAML::Load(text);
       documents = CountDocuments(text);
     } catch (const YAML::ParserException& e) {
+      if (std::optional<TextSpot> tab = FindIndentTab(text, e.mark.line + 1)) {
+        return Refuse(absl::StrCat(source_, ":", tab->line, ":", tab->column,
+                                   ": invalid YAML: a tab is used for indentation; YAML allows "
+                                   "only spaces there, so indent with spaces (the YAML parser "
+                                   "stopped at line ",
+                                   e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg,
+                                   ")"));
+      }
       return Refuse(absl::StrCat(source_, ":", e.mark.line + 1, ":", e.mark.column + 1,
                                  ": invalid YAML: ", e.msg));
     } catch (const YAML::Exception& e) {
@@ -382,10 +540,12 @@ class Parser {
   void Error(int line, absl::string_view key, absl::string_view message) {
     std::string text = key.empty() ? absl::StrCat(Where(source_, line), ": ", message)
                                    : absl::StrCat(Where(source_, line), ": ", key, ": ", message);
-    problems_.push_back({line, std::move(text)});
+    problems_.push_back({line, Printable(text)});
   }
 
-  absl::Status Refuse(std::string only) { return absl::InvalidArgumentError(only); }
+  absl::Status Refuse(const std::string& only) {
+    return absl::InvalidArgumentError(Printable(only));
+  }
 
   absl::Status Refuse() {
     // Problems are found pass by pass (keys, then cross-role checks); the reader wants file order.
@@ -404,19 +564,76 @@ class Parser {
     return mark.is_null() ? fallback : mark.line + 1;
   }
 
-  // The pairs of `map` in file order. Reports keys that are not plain text and keys given more
-  // than once (yaml-cpp keeps both pairs); only the first of a repeated key is returned.
-  std::vector<Entry> Entries(const YAML::Node& map, absl::string_view path, bool are_roles) {
+  // Whether `value` is an alias of a node anchored earlier in the file: yaml-cpp hands out the
+  // anchored node itself, so its mark lies before the key that uses it, which never happens to
+  // a value written in place.
+  static bool IsAliasUse(const YAML::Node& value, const YAML::Node& user) {
+    if (!value.IsDefined() || !user.IsDefined()) return false;
+    YAML::Mark v = value.Mark(), u = user.Mark();
+    return !v.is_null() && !u.is_null() && v.pos < u.pos;
+  }
+
+  // The line for messages about `holder`'s value itself (rather than its key): the use when the
+  // value is aliased, else where the value is written.
+  static int ValueLine(const Entry& holder) {
+    return holder.aliased ? holder.line : LineOf(holder.value, holder.line);
+  }
+
+  // The line for messages about item `i` of the list `holder.value`: an aliased item (or any
+  // item of an aliased list) is reported where the list is used.
+  static int ItemLine(const Entry& holder, size_t i) {
+    if (holder.aliased) return holder.line;
+    YAML::Node item = holder.value[i];
+    if (IsAliasUse(item, holder.value)) return holder.line;
+    if (i > 0) {
+      YAML::Node previous = holder.value[i - 1];
+      if (previous.IsDefined() && !previous.Mark().is_null() && !item.Mark().is_null() &&
+          item.Mark().pos <= previous.Mark().pos) {
+        return holder.line;
+      }
+    }
+    return LineOf(item, holder.line);
+  }
+
+  // YAML 1.1's merge key: a plain `<<` (not a quoted "<<", which is an ordinary key).
+  static bool IsMergeKey(const YAML::Node& key) {
+    return key.IsScalar() && key.Scalar() == "<<" &&
+           (key.Tag() == "?" || key.Tag() == "tag:yaml.org,2002:merge");
+  }
+
+  // The pairs of the map `holder.value` in file order, with YAML 1.1 merge keys resolved: the
+  // pairs of the map(s) named by `<<` take its place, except for keys the map writes itself
+  // (those win wherever they stand) and, with a list `<<: [*a, *b]`, keys an earlier map of the
+  // list gave already. Reports keys that are not plain text and keys given more than once
+  // (yaml-cpp keeps both pairs); only the first of a repeated key is returned.
+  std::vector<Entry> Entries(const Entry& holder, absl::string_view path, bool are_roles) {
+    const YAML::Node& map = holder.value;
+    std::set<std::string> own_keys;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      if (it->first.IsScalar() && !IsMergeKey(it->first)) own_keys.insert(it->first.Scalar());
+    }
     std::vector<Entry> entries;
     std::map<std::string, int> first_line;
+    std::set<std::string> merged_keys;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      Entry e{"", it->first, it->second, LineOf(it->first, LineOf(map, 1))};
+      Entry e{"", it->first, it->second, holder.line, holder.aliased};
+      if (!holder.aliased) {
+        e.line = LineOf(it->first, LineOf(map, 1));
+        e.aliased = IsAliasUse(it->second, it->first);
+      }
       if (!e.key_node.IsScalar()) {
         Error(e.line, path,
               absl::StrCat("keys must be plain names, got ", Describe(e.key_node), " as a key"));
         continue;
       }
       e.key = e.key_node.Scalar();
+      if (IsMergeKey(e.key_node)) {
+        for (Entry& m : Merged(e, path, are_roles)) {
+          if (own_keys.count(m.key) > 0 || !merged_keys.insert(m.key).second) continue;
+          entries.push_back(std::move(m));
+        }
+        continue;
+      }
       auto [seen, inserted] = first_line.emplace(e.key, e.line);
       if (!inserted) {
         Error(e.line, JoinKey(path, e.key),
@@ -430,6 +647,49 @@ class Parser {
       entries.push_back(std::move(e));
     }
     return entries;
+  }
+
+  // The pairs a merge key `<<` brings in, in precedence order, each reported at the `<<` line.
+  std::vector<Entry> Merged(const Entry& merge, absl::string_view path, bool are_roles) {
+    constexpr char kForm[] =
+        "must be a map to merge in, or a list of them, e.g. <<: *common or <<: [*a, *b], got ";
+    std::string key = JoinKey(path, "<<");
+    std::vector<Entry> sources;
+    if (merge.value.IsMap()) {
+      sources.push_back(merge);
+    } else if (merge.value.IsSequence()) {
+      for (size_t i = 0; i < merge.value.size(); ++i) {
+        YAML::Node item = merge.value[i];
+        if (!item.IsMap()) {
+          Error(merge.line, absl::StrCat(key, "[", i, "]"), absl::StrCat(kForm, Describe(item)));
+          continue;
+        }
+        sources.push_back(Entry{"<<", merge.key_node, item, merge.line, true});
+      }
+    } else {
+      Error(merge.line, key, absl::StrCat(kForm, Describe(merge.value)));
+      return {};
+    }
+    // A map may merge one that merges another; an anchor that merges itself (yaml-cpp lets
+    // `&a {<<: *a}` refer to its own node) or a chain built to multiply work must still end.
+    if (merge_depth_ >= kMaxMergeDepth || ++merges_ > kMaxMerges) {
+      if (!merge_refused_) {
+        Error(merge.line, key,
+              absl::StrCat("merges nest more than ", kMaxMergeDepth, " deep or number more than ",
+                           kMaxMerges, " (does an anchor merge itself?)"));
+      }
+      merge_refused_ = true;
+      return {};
+    }
+    ++merge_depth_;
+    std::vector<Entry> out;
+    for (Entry& source : sources) {
+      source.line = merge.line;
+      source.aliased = true;
+      for (Entry& e : Entries(source, path, are_roles)) out.push_back(std::move(e));
+    }
+    --merge_depth_;
+    return out;
   }
 
   // Reports keys outside `accepted`, with a hint when one is a likely misspelling.
@@ -537,7 +797,7 @@ class Parser {
   }
 
   void ParseTop(const YAML::Node& root, JobSpec& spec) {
-    std::vector<Entry> entries = Entries(root, "", false);
+    std::vector<Entry> entries = Entries(Entry{"", root, root, 1}, "", false);
     CheckKnownKeys(entries, "", kTopKeys);
 
     if (const Entry* e = Find(entries, "name")) {
@@ -610,7 +870,7 @@ class Parser {
       Error(roles_entry->line, "roles",
             absl::StrCat("must be a map of role name to role, got ", Describe(roles_entry->value)));
     } else {
-      for (const Entry& r : Entries(roles_entry->value, "roles", true)) {
+      for (const Entry& r : Entries(*roles_entry, "roles", true)) {
         RoleSite site;
         spec.roles.push_back(ParseRole(r, site));
         sites.push_back(std::move(site));
@@ -641,12 +901,13 @@ class Parser {
                          Describe(r.value)));
       return role;
     }
-    std::vector<Entry> entries = Entries(r.value, path, false);
+    std::vector<Entry> entries = Entries(r, path, false);
     CheckKnownKeys(entries, path, kRoleKeys);
 
     if (const Entry* e = Find(entries, "instances")) {
       std::string key = JoinKey(path, "instances");
       site.instances_line = e->line;
+      role.instances_line = e->line;
       if (e->value.IsMap()) {
         site.instances_range = true;
         ParseInstancesRange(*e, key, role);
@@ -673,7 +934,9 @@ class Parser {
       Error(r.line, JoinKey(path, "command"), absl::StrCat("required; expected ", kCommandForm));
     }
 
-    if (const Entry* e = Find(entries, "env")) ParseEnv(*e, JoinKey(path, "env"), role);
+    const Entry* env = Find(entries, "env");
+    if (env != nullptr) ParseEnv(*env, JoinKey(path, "env"), role);
+    CheckExecSize(env, Find(entries, "command"), path, role);
 
     role.working_dir = base_dir_;
     if (const Entry* e = Find(entries, "working_dir")) {
@@ -685,6 +948,8 @@ class Parser {
         } else if ((*text)[0] == '~') {
           Error(e->line, key,
                 absl::StrCat("'~' is not expanded; must be ", kForm, ", got ", Describe(e->value)));
+        } else if (HasNul(*text)) {
+          Error(e->line, key, kNulMessage);
         } else {
           role.working_dir = ResolveDir(base_dir_, *text);
         }
@@ -711,7 +976,7 @@ class Parser {
       if (e->value.IsSequence()) {
         for (size_t i = 0; i < e->value.size(); ++i) {
           YAML::Node item = e->value[i];
-          int line = LineOf(item, e->line);
+          int line = ItemLine(*e, i);
           if (!item.IsScalar()) {
             Error(line, absl::StrCat(key, "[", i, "]"),
                   absl::StrCat("must be a role name, got ", Describe(item)));
@@ -738,7 +1003,7 @@ class Parser {
   // `instances: {min: 2, max: 4}`; whether the role may be elastic is checked once on_failure
   // is resolved (ResolveFailureHandling).
   void ParseInstancesRange(const Entry& e, const std::string& key, Role& role) {
-    std::vector<Entry> entries = Entries(e.value, key, false);
+    std::vector<Entry> entries = Entries(e, key, false);
     CheckKnownKeys(entries, key, kInstancesKeys);
     std::optional<int64_t> bounds[2];
     const Entry* written[2] = {Find(entries, "min"), Find(entries, "max")};
@@ -771,7 +1036,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kBackoffKeys);
     const Entry* initial = Find(entries, "initial");
     const Entry* max = Find(entries, "max");
@@ -810,7 +1075,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kHeartbeatKeys);
     if (const Entry* i = Find(entries, "interval")) {
       std::string key = JoinKey(path, "interval");
@@ -842,7 +1107,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kCheckpointKeys);
     if (const Entry* d = Find(entries, "dir")) {
       std::string key = JoinKey(path, "dir");
@@ -855,8 +1120,18 @@ class Parser {
           Error(d->line, key,
                 absl::StrCat("'~' is not expanded; must be ", kCheckpointDirForm, ", got ",
                              Describe(d->value)));
+        } else if (HasNul(*text)) {
+          Error(d->line, key, kNulMessage);
         } else if (HasUriScheme(*text)) {
-          out.dir = *text;  // for the storage it names to read; not a local path
+          absl::string_view rest = absl::string_view(*text).substr(text->find("://") + 3);
+          if (rest.find_first_not_of('/') == absl::string_view::npos) {
+            Error(d->line, key,
+                  absl::StrCat("must name a place after ", text->substr(0, text->find("://") + 3),
+                               ", a host and/or a path, e.g. hdfs://nn/ckpt, got ",
+                               Describe(d->value)));
+          } else {
+            out.dir = *text;  // for the storage it names to read; not a local path
+          }
         } else {
           out.dir = ResolveDir(base_dir_, *text);
         }
@@ -877,7 +1152,7 @@ class Parser {
             absl::StrCat("must be a map, e.g. {slots_per_worker: 2}, got ", Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kMpiKeys);
     if (const Entry* s = Find(entries, "slots_per_worker")) {
       if (auto n = Integer(*s, JoinKey(path, "slots_per_worker"), 1, kMaxInstances)) {
@@ -946,7 +1221,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kTensorBoardKeys);
     if (const Entry* d = Find(entries, "logdir")) {
       std::string key = JoinKey(path, "logdir");
@@ -956,6 +1231,8 @@ class Parser {
           Error(d->line, key,
                 absl::StrCat("must be ", kForm, " ('~' is not expanded; leave the key out for "
                              "the default), got ", Describe(d->value)));
+        } else if (HasNul(*text)) {
+          Error(d->line, key, kNulMessage);
         } else {
           out.logdir = ResolveDir(base_dir_, *text);
         }
@@ -966,7 +1243,8 @@ class Parser {
       bool ok = c->value.IsSequence() && c->value.size() > 0;
       std::vector<std::string> argv;
       for (size_t i = 0; ok && i < c->value.size(); ++i) {
-        if (!c->value[i].IsScalar() || c->value[i].Scalar().empty()) {
+        if (!c->value[i].IsScalar() || c->value[i].Scalar().empty() ||
+            HasNul(c->value[i].Scalar())) {
           ok = false;
         } else {
           argv.push_back(c->value[i].Scalar());
@@ -992,7 +1270,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kSlurmKeys);
     // Slurm names: letters, digits and -_.,:= (a constraint also takes &|[]*()!); anything else
     // would reach srun's argument parser and fail there with a less helpful message.
@@ -1042,7 +1320,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kYarnKeys);
     // YARN's queue paths (root.ml.team) and label expressions (gpu, a&&b): anything else would
     // only fail later, inside the ResourceManager, with a less helpful message.
@@ -1082,7 +1360,7 @@ class Parser {
       Error(e.line, path, absl::StrCat("must be a map with ", kForms, ", got ", Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kDatasetKeys);
     const Entry* shards = Find(entries, "shards");
     const Entry* samples = Find(entries, "samples");
@@ -1151,12 +1429,14 @@ class Parser {
     }
     for (size_t i = 0; i < e.value.size(); ++i) {
       YAML::Node item = e.value[i];
-      int line = LineOf(item, e.line);
+      int line = ItemLine(e, i);
       std::string item_key = absl::StrCat(key, "[", i, "]");
       if (!item.IsScalar()) {
         Error(line, item_key, absl::StrCat("must be a file name, got ", Describe(item)));
       } else if (item.Scalar().empty()) {
         Error(line, item_key, "must not be empty; expected a file name such as a.npz");
+      } else if (HasNul(item.Scalar())) {
+        Error(line, item_key, kNulMessage);
       } else {
         out.files.push_back(item.Scalar());
       }
@@ -1258,6 +1538,23 @@ class Parser {
            spec.success_roles.end();
   }
 
+  // One argument of a task's command: no NUL, and within the kernel's limit for one string.
+  bool CheckArgument(int line, const std::string& key, const std::string& text) {
+    if (HasNul(text)) {
+      Error(line, key, kNulMessage);
+      return false;
+    }
+    if (text.size() + 1 > MaxArgStrlen()) {
+      Error(line, key,
+            absl::StrCat("is ", text.size(), " bytes; the kernel refuses to start a program with "
+                         "an argument of more than ",
+                         MaxArgStrlen() - 1,
+                         " bytes (MAX_ARG_STRLEN); pass large data in a file instead"));
+      return false;
+    }
+    return true;
+  }
+
   void ParseCommand(const Entry& e, const std::string& key, Role& role) {
     if (e.value.IsSequence()) {
       if (e.value.size() == 0) {
@@ -1269,16 +1566,21 @@ class Parser {
       for (size_t i = 0; i < e.value.size(); ++i) {
         YAML::Node item = e.value[i];
         if (!item.IsScalar()) {
-          Error(LineOf(item, e.line), absl::StrCat(key, "[", i, "]"),
+          Error(ItemLine(e, i), absl::StrCat(key, "[", i, "]"),
                 absl::StrCat("must be a string, got ", Describe(item)));
+          ok = false;
+          continue;
+        }
+        if (!CheckArgument(ItemLine(e, i), absl::StrCat(key, "[", i, "]"), item.Scalar())) {
           ok = false;
           continue;
         }
         argv.push_back(item.Scalar());
       }
-      if (ok && argv[0].empty()) {
-        Error(LineOf(e.value[0], e.line), absl::StrCat(key, "[0]"),
-              "the program must not be empty, e.g. python3");
+      if (ok && absl::StripAsciiWhitespace(argv[0]).empty()) {
+        Error(ItemLine(e, 0), absl::StrCat(key, "[0]"),
+              absl::StrCat("the program must not be empty or blank, e.g. python3, got ",
+                           Describe(e.value[0])));
         ok = false;
       }
       if (ok) role.argv = std::move(argv);
@@ -1288,12 +1590,34 @@ class Parser {
     if (e.value.IsScalar() && !(IsPlainScalar(e.value) && ParseNumber(e.value.Scalar()))) {
       if (absl::StripAsciiWhitespace(e.value.Scalar()).empty()) {
         Error(e.line, key, absl::StrCat("must not be empty; expected ", kCommandForm));
-      } else {
+      } else if (CheckArgument(e.line, key, e.value.Scalar())) {
         role.shell = e.value.Scalar();
       }
       return;
     }
     Error(e.line, key, absl::StrCat("must be ", kCommandForm, ", got ", Describe(e.value)));
+  }
+
+  // Refuses a role whose env and command together would not fit what exec takes (ARG_MAX),
+  // leaving kShoalEnvAllowance for what Shoal adds; reported at env, or at command without one.
+  void CheckExecSize(const Entry* env, const Entry* command, const std::string& path,
+                     const Role& role) {
+    if (env == nullptr && command == nullptr) return;
+    size_t bytes = 0;
+    for (const auto& [name, value] : role.env) bytes += ExecBytes(name.size() + 1 + value.size());
+    for (const std::string& arg : role.argv) bytes += ExecBytes(arg.size());
+    if (!role.shell.empty()) bytes += ExecBytes(7) + ExecBytes(2) + ExecBytes(role.shell.size());
+    size_t limit = ArgMax();
+    if (bytes + kShoalEnvAllowance <= limit) return;
+    const Entry* at = env != nullptr ? env : command;
+    Error(at->line, JoinKey(path, at->key),
+          absl::StrCat("the role's env and command take ", bytes, " bytes; with the ",
+                       kShoalEnvAllowance / 1024,
+                       "KiB kept for the variables Shoal adds that is over this machine's limit "
+                       "of ",
+                       limit,
+                       " bytes for a program's arguments and environment (ARG_MAX); pass large "
+                       "data in a file instead"));
   }
 
   void ParseEnv(const Entry& e, const std::string& key, Role& role) {
@@ -1304,15 +1628,29 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    for (const Entry& v : Entries(e.value, key, false)) {
+    for (const Entry& v : Entries(e, key, false)) {
       std::string var_key = JoinKey(key, v.key);
       if (!IsValidEnvName(v.key)) {
         Error(v.line, var_key,
               "variable names must hold only letters, digits and '_' and not start with a digit");
         continue;
       }
+      if (v.value.IsScalar() && HasNul(v.value.Scalar())) {
+        Error(v.line, var_key, kNulMessage);
+        continue;
+      }
+      // "NAME=value" and its NUL, as the kernel counts it.
+      if (v.value.IsScalar() && v.key.size() + v.value.Scalar().size() + 2 > MaxArgStrlen()) {
+        Error(v.line, var_key,
+              absl::StrCat("NAME=value is ", v.key.size() + v.value.Scalar().size() + 1,
+                           " bytes; the kernel refuses to start a program with an environment "
+                           "variable of more than ",
+                           MaxArgStrlen() - 1,
+                           " bytes (MAX_ARG_STRLEN); pass large data in a file instead"));
+        continue;
+      }
       if (!v.value.IsScalar()) {
-        Error(LineOf(v.value, v.line), var_key,
+        Error(ValueLine(v), var_key,
               absl::StrCat("must be a string, number or bool (write \"\" for an empty value), "
                            "got ",
                            Describe(v.value)));
@@ -1332,7 +1670,7 @@ class Parser {
                          Describe(e.value)));
       return;
     }
-    std::vector<Entry> entries = Entries(e.value, path, false);
+    std::vector<Entry> entries = Entries(e, path, false);
     CheckKnownKeys(entries, path, kResourceKeys);
 
     if (const Entry* c = Find(entries, "cpus")) {
@@ -1356,7 +1694,11 @@ class Parser {
                            Describe(m->value)));
       } else {
         absl::StatusOr<uint64_t> bytes = ParseByteSize(m->value.Scalar());
-        if (bytes.ok()) {
+        if (bytes.ok() && *bytes == 0) {
+          Error(m->line, key,
+                absl::StrCat("must be more than 0, got ", Describe(m->value),
+                             "; leave the key out for no memory limit"));
+        } else if (bytes.ok()) {
           role.resources.memory_bytes = *bytes;
         } else {
           Error(m->line, key, bytes.status().message());
@@ -1469,7 +1811,7 @@ class Parser {
                            Describe(success->value)));
         return;
       }
-      std::vector<Entry> entries = Entries(success->value, "success", false);
+      std::vector<Entry> entries = Entries(*success, "success", false);
       CheckKnownKeys(entries, "success", kSuccessKeys);
       if (const Entry* e = Find(entries, "roles"); e != nullptr && !e->value.IsNull()) {
         given = true;
@@ -1499,7 +1841,7 @@ class Parser {
     }
     for (size_t i = 0; i < e.value.size(); ++i) {
       YAML::Node item = e.value[i];
-      int line = LineOf(item, e.line);
+      int line = ItemLine(e, i);
       if (!item.IsScalar()) {
         Error(line, absl::StrCat(key, "[", i, "]"),
               absl::StrCat("must be a role name, got ", Describe(item)));
@@ -1529,6 +1871,9 @@ class Parser {
   const std::string base_dir_;  // absolute
   Framework framework_ = Framework::kNone;  // known before the roles are parsed
   std::vector<Problem> problems_;
+  int merge_depth_ = 0;   // merge keys being resolved inside one another, now
+  int merges_ = 0;        // merge keys resolved so far
+  bool merge_refused_ = false;
 };
 
 // Reads the whole file; the error names the path and the reason.
@@ -1650,6 +1995,20 @@ absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machi
   std::vector<std::string> lines;
   for (auto& p : problems) lines.push_back(std::move(p.second));
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+absl::Status CheckPortsFit(const JobSpec& spec, uint64_t available, const std::string& ranges) {
+  uint64_t needed = spec.TotalTasks();
+  if (needed <= available || spec.roles.empty()) return absl::OkStatus();
+  const Role* biggest = &spec.roles.front();
+  for (const Role& role : spec.roles) {
+    if (role.instances > biggest->instances) biggest = &role;
+  }
+  int line = biggest->instances_line > 0 ? biggest->instances_line : biggest->line;
+  return absl::InvalidArgumentError(Printable(absl::StrCat(
+      Where(spec.source_path, line), ": roles.", biggest->name, ".instances: the job's ", needed,
+      " tasks need one port each on this machine, and its agent can hand out at most ", available,
+      " (ports ", ranges, "); run fewer tasks, or widen the range with SHOAL_TASK_PORTS")));
 }
 
 }  // namespace shoal::spec

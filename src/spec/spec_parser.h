@@ -29,4 +29,11 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
 // resource where no single task is already too big, since fixing that task comes first.
 absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine);
 
+// Refuses, with an InvalidArgument naming the role with the most tasks and its `instances`
+// line, a job whose tasks need more ports on one machine than that machine's agent can hand
+// out: the local backend runs every task there and gives each one port. `available` is how
+// many distinct ports the agent can find (the task port range, then the kernel's ephemeral
+// range); `ranges` names those ranges for the message, e.g. "22768-32767 and 32768-60999".
+absl::Status CheckPortsFit(const JobSpec& spec, uint64_t available, const std::string& ranges);
+
 }  // namespace shoal::spec

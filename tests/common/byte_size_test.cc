@@ -23,6 +23,17 @@ TEST(ByteSizeTest, RejectsMalformedSizesWithTheExpectedForm) {
   }
 }
 
+// Issue 23: "1.5B" was rounded to 2 bytes without a word.
+TEST(ByteSizeTest, RejectsAFractionOfAByte) {
+  for (const char* bad : {"1.5B", "0.5", "2.25b"}) {
+    auto r = ParseByteSize(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("not a whole number of bytes"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(ParseByteSize("1.5KiB").value(), 1536u);
+  EXPECT_EQ(ParseByteSize("2.0B").value(), 2u);
+}
+
 TEST(ByteSizeTest, FormatsRoundAndFractionalSizes) {
   EXPECT_EQ(FormatByteSize(2ull << 30), "2GiB");
   EXPECT_EQ(FormatByteSize(3ull << 29), "1.5GiB");

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1632,6 +1633,254 @@ roles:
                           HasSubstr("job.yaml:8: roles.worker.depends_on: 'ghost'"),
                           HasSubstr("job.yaml:9: roles.ps.command: required"),
                           HasSubstr("job.yaml:10: roles.ps.untracked: must be true or false")));
+}
+
+// --- Issue 23: job files that validated but could not run ---------------------------------------
+
+TEST(SpecParserTest, RejectsEnvVariableOverTheKernelsLimitForOneString) {
+  std::string yaml = "name: j\nroles:\n  w:\n    command: [x]\n    env:\n      BIG: \"" +
+                     std::string(200 * 1024, 'a') + "\"\n";
+  std::string msg = Refusal(yaml);
+  EXPECT_THAT(msg, HasSubstr("job.yaml:6: roles.w.env.BIG: NAME=value is 204804 bytes"));
+  EXPECT_THAT(msg, HasSubstr("MAX_ARG_STRLEN"));
+  EXPECT_THAT(msg, HasSubstr(std::to_string(32 * ::sysconf(_SC_PAGESIZE) - 1)));
+}
+
+TEST(SpecParserTest, RejectsCommandArgumentOverTheKernelsLimitForOneString) {
+  std::string yaml = "name: j\nroles:\n  w:\n    command: [x, \"" +
+                     std::string(200 * 1024, 'a') + "\"]\n";
+  EXPECT_THAT(Refusal(yaml), HasSubstr("job.yaml:4: roles.w.command[1]: is 204800 bytes"));
+}
+
+TEST(SpecParserTest, RejectsEnvAndCommandOverArgMax) {
+  // 48 variables of 64 KiB: each within MAX_ARG_STRLEN, 3 MiB in all.
+  std::string yaml = "name: j\nroles:\n  w:\n    command: [x]\n    env:\n";
+  for (int i = 0; i < 48; ++i) {
+    yaml += "      V" + std::to_string(i) + ": \"" + std::string(64 * 1024, 'a') + "\"\n";
+  }
+  std::string msg = Refusal(yaml);
+  ASSERT_EQ(Lines(msg).size(), 1u) << msg;
+  EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.env: the role's env and command take "));
+  EXPECT_THAT(msg, HasSubstr("64KiB kept for the variables Shoal adds"));
+  EXPECT_THAT(msg, HasSubstr("(ARG_MAX)"));
+}
+
+TEST(SpecParserTest, AcceptsEnvWellWithinArgMax) {
+  std::string yaml = "name: j\nroles:\n  w:\n    command: [x]\n    env:\n      V: \"" +
+                     std::string(100 * 1024, 'a') + "\"\n";
+  ASSERT_TRUE(Parse(yaml).ok()) << Parse(yaml).status();
+}
+
+TEST(SpecParserTest, RejectsNulBytesInPathsCommandsAndEnv) {
+  std::string msg = Refusal(R"(name: j
+roles:
+  w:
+    command: ["py\0thon"]
+    working_dir: "/tmp\0/x"
+    env: {A: "x\0y"}
+  v:
+    command: "echo \0"
+checkpoint: {dir: "ck\0pt"}
+)");
+  auto lines = Lines(msg);
+  ASSERT_EQ(lines.size(), 5u) << msg;
+  EXPECT_THAT(lines[0], HasSubstr("job.yaml:4: roles.w.command[0]: must not contain a NUL byte"));
+  EXPECT_THAT(lines[1], HasSubstr("job.yaml:5: roles.w.working_dir: must not contain a NUL"));
+  EXPECT_THAT(lines[2], HasSubstr("job.yaml:6: roles.w.env.A: must not contain a NUL"));
+  EXPECT_THAT(lines[3], HasSubstr("job.yaml:8: roles.v.command: must not contain a NUL"));
+  EXPECT_THAT(lines[4], HasSubstr("job.yaml:9: checkpoint.dir: must not contain a NUL"));
+}
+
+TEST(SpecParserTest, RejectsAFractionOfAByteAsMemory) {
+  EXPECT_THAT(Refusal("name: j\nroles:\n  w:\n    command: [x]\n    resources: {memory: 1.5B}\n"),
+              HasSubstr("job.yaml:5: roles.w.resources.memory: '1.5B' is not a whole number of "
+                        "bytes"));
+}
+
+TEST(SpecParserTest, RejectsZeroMemorySayingToOmitTheKey) {
+  EXPECT_THAT(Refusal("name: j\nroles:\n  w:\n    command: [x]\n    resources: {memory: 0}\n"),
+              HasSubstr("job.yaml:5: roles.w.resources.memory: must be more than 0, got 0; leave "
+                        "the key out for no memory limit"));
+}
+
+TEST(SpecParserTest, RejectsCheckpointUriWithoutHostOrPath) {
+  for (const char* dir : {"hdfs://", "hdfs:///", "s3://"}) {
+    EXPECT_THAT(Refusal(absl::StrCat("name: j\ncheckpoint: {dir: \"", dir,
+                                     "\"}\nroles:\n  w: {command: [x]}\n")),
+                HasSubstr("job.yaml:2: checkpoint.dir: must name a place after"))
+        << dir;
+  }
+  ASSERT_TRUE(Parse("name: j\ncheckpoint: {dir: \"hdfs:///ckpt\"}\nroles:\n  w: {command: [x]}\n")
+                  .ok());
+}
+
+TEST(SpecParserTest, RejectsBlankProgramName) {
+  EXPECT_THAT(Refusal("name: j\nroles:\n  w:\n    command: [\" \", a]\n"),
+              HasSubstr("job.yaml:4: roles.w.command[0]: the program must not be empty or blank"));
+}
+
+TEST(CheckPortsFitTest, RefusesMoreTasksThanTheAgentHasPortsNamingTheNumbers) {
+  absl::StatusOr<JobSpec> spec = Parse(
+      "name: j\nroles:\n  ps: {command: [x]}\n  worker:\n    instances: 100000\n"
+      "    command: [x]\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::Status st = CheckPortsFit(*spec, 38232, "22768-32767 for tasks and 32768-60999");
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(),
+              HasSubstr("job.yaml:5: roles.worker.instances: the job's 100001 tasks need one "
+                        "port each on this machine, and its agent can hand out at most 38232 "
+                        "(ports 22768-32767 for tasks and 32768-60999)"));
+  EXPECT_TRUE(CheckPortsFit(*spec, 100001, "x").ok());
+}
+
+// --- Issue 23: YAML merge keys and aliases -----------------------------------------------------
+
+TEST(SpecParserTest, MergeKeyBringsInAnAnchoredRoleAndOwnKeysWin) {
+  absl::StatusOr<JobSpec> spec = Parse(R"(name: j
+roles:
+  worker: &common
+    instances: 2
+    command: [python3, train.py]
+    env: {A: "1"}
+    resources: {cpus: 0.5}
+  evaluator:
+    <<: *common
+    instances: 1
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const Role* ev = spec->FindRole("evaluator");
+  ASSERT_NE(ev, nullptr);
+  EXPECT_EQ(ev->instances, 1u);
+  EXPECT_THAT(ev->argv, ElementsAre("python3", "train.py"));
+  EXPECT_THAT(ev->env, ElementsAre(Pair("A", "1")));
+  EXPECT_DOUBLE_EQ(ev->resources.cpus, 0.5);
+}
+
+TEST(SpecParserTest, MergeKeyTakesAListWhereEarlierMapsWin) {
+  absl::StatusOr<JobSpec> spec = Parse(R"(name: j
+roles:
+  a: &a {command: [a], instances: 3, resources: &ra {cpus: 0.25}}
+  b: &b {command: [b], untracked: true, resources: {cpus: 0.5, memory: 1GiB}}
+  c:
+    <<: [*a, *b]
+    resources: {<<: *ra, memory: 2GiB}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const Role* c = spec->FindRole("c");
+  ASSERT_NE(c, nullptr);
+  EXPECT_THAT(c->argv, ElementsAre("a"));
+  EXPECT_EQ(c->instances, 3u);
+  EXPECT_TRUE(c->untracked);
+  EXPECT_DOUBLE_EQ(c->resources.cpus, 0.25);
+  EXPECT_EQ(c->resources.memory_bytes, 2ull << 30);
+}
+
+TEST(SpecParserTest, ExplicitKeyWinsOverAMergeWrittenAfterIt) {
+  absl::StatusOr<JobSpec> spec = Parse(
+      "name: j\nx: &x {instances: 4}\nroles:\n  w: {instances: 2, <<: *x, command: [y]}\n");
+  // x is an unknown top-level key: the anchor must live on a key the file may hold.
+  ASSERT_FALSE(spec.ok());
+  spec = Parse("name: j\nroles:\n  v: &x {instances: 4, command: [v]}\n"
+               "  w: {instances: 2, <<: *x, command: [y]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->FindRole("w")->instances, 2u);
+  EXPECT_THAT(spec->FindRole("w")->argv, ElementsAre("y"));
+}
+
+TEST(SpecParserTest, ErrorsInsideAMergedMapPointAtTheMerge) {
+  std::string msg = Refusal(R"(name: j
+roles:
+  worker: &common
+    command: [x]
+    resources: {cpus: lots}
+  evaluator:
+    <<: *common
+)");
+  auto lines = Lines(msg);
+  ASSERT_EQ(lines.size(), 2u) << msg;
+  EXPECT_THAT(lines[0], HasSubstr("job.yaml:5: roles.worker.resources.cpus: must be a number"));
+  EXPECT_THAT(lines[1], HasSubstr("job.yaml:7: roles.evaluator.resources.cpus: must be a number"));
+}
+
+TEST(SpecParserTest, ErrorsInsideAnAliasPointAtTheAlias) {
+  std::string msg = Refusal(R"(name: j
+roles:
+  worker:
+    command: [x]
+    env: &env {A: [1]}
+  evaluator:
+    command: [x]
+    env: *env
+    depends_on: &deps [worker, nobody]
+  ps:
+    command: [x]
+    depends_on: *deps
+)");
+  auto lines = Lines(msg);
+  ASSERT_EQ(lines.size(), 4u) << msg;
+  EXPECT_THAT(lines[0], HasSubstr("job.yaml:5: roles.worker.env.A: must be a string"));
+  EXPECT_THAT(lines[1], HasSubstr("job.yaml:8: roles.evaluator.env.A: must be a string"));
+  EXPECT_THAT(lines[2], HasSubstr("job.yaml:9: roles.evaluator.depends_on: 'nobody'"));
+  EXPECT_THAT(lines[3], HasSubstr("job.yaml:12: roles.ps.depends_on: 'nobody'"));
+}
+
+TEST(SpecParserTest, RejectsAMergeOfSomethingOtherThanAMap) {
+  EXPECT_THAT(Refusal("name: j\nroles:\n  w:\n    <<: [x]\n    command: [y]\n"),
+              HasSubstr("job.yaml:4: roles.w.<<[0]: must be a map to merge in"));
+  EXPECT_THAT(Refusal("name: j\nroles:\n  w:\n    '<<': {a: 1}\n    command: [y]\n"),
+              HasSubstr("job.yaml:4: roles.w.<<: unknown key"));
+}
+
+TEST(SpecParserTest, AMapThatMergesItselfIsRefusedNotLooped) {
+  std::string msg = Refusal("name: j\nroles:\n  w: &w {<<: *w, command: [y]}\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:3: roles.w"));
+}
+
+// --- Issue 23: messages that did not say what was wrong ----------------------------------------
+
+TEST(SpecParserTest, TabsInIndentationAreNamedAsSuch) {
+  std::string msg = Refusal("name: j\nroles:\n  w:\n\tcommand: [x]\n");
+  EXPECT_THAT(msg, HasSubstr("job.yaml:4:1: invalid YAML: a tab is used for indentation; YAML "
+                             "allows only spaces there, so indent with spaces"));
+}
+
+TEST(SpecParserTest, DeepNestingIsRefusedBeforeTheYamlParserRecurses) {
+  for (size_t depth : {size_t{101}, size_t{100000}, size_t{1000000}}) {
+    std::string flow = "name: j\nroles: " + std::string(depth, '[') + std::string(depth, ']');
+    EXPECT_THAT(Refusal(flow), HasSubstr("job.yaml:2:" + std::to_string(8 + 100 - 1) +
+                                         ": invalid job file: maps and lists nest more than "
+                                         "100 levels deep"))
+        << depth;
+    std::string dashes = "name: j\nroles:\n";
+    for (size_t i = 0; i < depth; ++i) dashes += "- ";
+    dashes += "x\n";
+    EXPECT_THAT(Refusal(dashes), HasSubstr("invalid job file: maps and lists nest more than"))
+        << depth;
+  }
+  std::string maps = "name: j\nroles:\n";
+  for (int i = 0; i < 200; ++i) maps += std::string(i + 1, ' ') + "a:\n";
+  EXPECT_THAT(Refusal(maps), HasSubstr("job.yaml:102:"));
+}
+
+TEST(SpecParserTest, NestingOfAnOrdinaryJobFileIsAccepted) {
+  absl::StatusOr<JobSpec> spec = Parse(R"yaml(name: j
+roles:
+  w:
+    command: ["python3", "-c", "print([[[[1]]]], '[[[[')"]
+    env: {A: "[[[[[[", B: '{{{{'}   # [[[[ in a comment
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+}
+
+TEST(SpecParserTest, EscapesControlBytesInMessages) {
+  std::string msg = Refusal("name: \"a\\0b\\tc\\x1b\"\nroles:\n  w: {command: [x]}\n");
+  EXPECT_THAT(msg, HasSubstr("got 'a\\x00b\\tc\\x1b'"));
+  EXPECT_EQ(msg.find('\0'), std::string::npos);
+  EXPECT_EQ(msg.find('\t'), std::string::npos);
+  absl::StatusOr<JobSpec> spec =
+      ParseJobSpec("name: j\nroles:\n  \"w\\x01\": {command: [x]}\n", "a\tb.yaml", kBaseDir);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(spec.status().message(), HasSubstr("a\\tb.yaml:3: roles.w\\x01: role names"));
 }
 
 // --- CheckFitsMachine ---------------------------------------------------------------------------
