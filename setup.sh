@@ -121,7 +121,8 @@ have = {f.as_posix(): f.locate() for f in files if f.suffix == ".py" and f.parts
 want = {p.relative_to(src).as_posix(): p for p in (src / "shoal").rglob("*.py")
         if "__pycache__" not in p.parts}
 sys.exit(0 if have.keys() == want.keys() and all(
-    pathlib.Path(have[k]).read_bytes() == want[k].read_bytes() for k in want) else 1)
+    pathlib.Path(have[k]).is_file() and pathlib.Path(have[k]).read_bytes() == want[k].read_bytes()
+    for k in want) else 1)
 PY
 }
 install_sdk() {  # install_sdk PYTHON [PIP FLAGS...]
