@@ -99,6 +99,62 @@ if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv horovod examples/horovod/requirements.txt --system-site-packages
 fi
 
+# The Python training SDK (import shoal; sdk/python, distribution shoal-sdk) installed as a
+# package into Debian's python3 and every framework venv, so that tasks import it under any of
+# them with no PYTHONPATH. A wheel is built once from a copy of sdk/python (the build writes
+# build/ and *.egg-info beside its sources) with Debian's setuptools and wheel, then installed
+# with --no-deps --no-index: nothing is downloaded. An interpreter whose installed shoal/*.py
+# already equal this checkout's is skipped, so a second run costs one Python start per
+# interpreter. Debian's python3: pip installs into /usr/local/lib/python3.*/dist-packages, which
+# apt does not manage; --break-system-packages only lifts Debian's EXTERNALLY-MANAGED guard, and
+# --no-deps keeps pip from touching any apt-installed module (docs/sdk.md).
+sdk_wheel_dir=
+sdk_current() {  # sdk_current PYTHON: is this checkout's SDK what PYTHON has installed?
+  "$1" -I - "$repo/sdk/python" <<'PY'
+import importlib.metadata as md, pathlib, sys
+src = pathlib.Path(sys.argv[1])
+try:
+    files = md.distribution("shoal-sdk").files or []
+except md.PackageNotFoundError:
+    sys.exit(1)
+have = {f.as_posix(): f.locate() for f in files if f.suffix == ".py" and f.parts[0] == "shoal"}
+want = {p.relative_to(src).as_posix(): p for p in (src / "shoal").rglob("*.py")
+        if "__pycache__" not in p.parts}
+sys.exit(0 if have.keys() == want.keys() and all(
+    pathlib.Path(have[k]).is_file() and pathlib.Path(have[k]).read_bytes() == want[k].read_bytes()
+    for k in want) else 1)
+PY
+}
+install_sdk() {  # install_sdk PYTHON [PIP FLAGS...]
+  local python=$1
+  shift
+  if sdk_current "$python"; then
+    echo "setup: the training SDK is up to date for $python"
+    return
+  fi
+  if [ -z "$sdk_wheel_dir" ]; then
+    sdk_wheel_dir=$(mktemp -d)
+    cp -r "$repo/sdk/python" "$sdk_wheel_dir/src"
+    rm -rf "$sdk_wheel_dir/src/build" "$sdk_wheel_dir/src/"*.egg-info
+    /usr/bin/python3 -m pip wheel -q --disable-pip-version-check --no-deps --no-index \
+      --no-build-isolation -w "$sdk_wheel_dir" "$sdk_wheel_dir/src" >/dev/null
+    chmod -R a+rX "$sdk_wheel_dir"
+  fi
+  echo "setup: installing the training SDK (shoal-sdk) for $python"
+  "${sudo_cmd[@]}" "$python" -m pip install -q --disable-pip-version-check --no-deps --no-index \
+    --root-user-action=ignore --force-reinstall "$@" "$sdk_wheel_dir"/shoal_sdk-*.whl
+}
+install_sdk /usr/bin/python3 --break-system-packages
+for venv in tensorboard jax paddle tensorflow horovod; do
+  if [ -x "$venv_root/$venv/bin/python" ]; then install_sdk "$venv_root/$venv/bin/python"; fi
+done
+[ -z "$sdk_wheel_dir" ] || rm -rf "$sdk_wheel_dir"
+# Earlier setups pointed Debian's python3 at the checkout through a .pth file instead.
+for pth in "$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')/shoal-sdk.pth" \
+           "$(/usr/bin/python3 -m site --user-site)/shoal-sdk.pth"; do
+  if [ -e "$pth" ]; then "${sudo_cmd[@]}" rm -f "$pth"; fi
+done
+
 # The YARN test cluster's jar (tests/yarn/minicluster) and the YARN backend's application master
 # (src/backends/yarn/am): Hadoop's jars from Maven Central into a
 # fixed Maven repository that every clone shares (about 350 MB, once), then a Maven build,
@@ -124,14 +180,5 @@ ninja -C "$repo/build" -j2
 if [ "$(id -u)" -eq 0 ]; then bindir=/usr/local/bin; else bindir="$HOME/.local/bin"; fi
 mkdir -p "$bindir"
 ln -sf "$repo/build/src/cli/shoal" "$bindir/shoal"
-# The training SDK (import shoal) for Debian's python3: a .pth file names this checkout's
-# sdk/python, so scripts import it without a virtualenv and it follows the checkout.
-if [ "$(id -u)" -eq 0 ]; then
-  sitedir=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
-else
-  sitedir=$(/usr/bin/python3 -m site --user-site)
-fi
-mkdir -p "$sitedir"
-echo "$repo/sdk/python" > "$sitedir/shoal-sdk.pth"
 echo "setup: done; $(command -v shoal || echo "$bindir/shoal") -> $repo/build/src/cli/shoal"
 case ":$PATH:" in *":$bindir:"*) ;; *) echo "setup: add $bindir to your PATH";; esac

@@ -48,17 +48,12 @@ def log(msg):
 
 
 def progress_reporter():
-    """shoal.progress from Shoal's SDK (PYTHONPATH, else this checkout's sdk/python); a no-op
-    when the SDK cannot be found or the process was not started by Shoal."""
+    """shoal.progress from Shoal's SDK (the shoal-sdk package, which setup.sh installs into
+    this venv); a no-op when it is not installed or the process was not started by Shoal."""
     try:
         import shoal
     except ImportError:
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path.insert(0, os.path.join(here, os.pardir, os.pardir, "sdk", "python"))
-        try:
-            import shoal
-        except ImportError:
-            return lambda step: None
+        return lambda step: None
     return shoal.progress
 
 

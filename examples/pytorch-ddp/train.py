@@ -56,13 +56,12 @@ def log(msg):
 
 
 def import_sdk():
-    """Shoal's training SDK: from PYTHONPATH, else from this checkout's sdk/python."""
+    """Shoal's training SDK, the shoal-sdk package (setup.sh installs it; docs/sdk.md)."""
     try:
         import shoal
-    except ImportError:
-        here = os.path.dirname(os.path.abspath(__file__))
-        sys.path.insert(0, os.path.join(here, os.pardir, os.pardir, "sdk", "python"))
-        import shoal
+    except ImportError as e:
+        raise SystemExit(f"{e}: the training SDK is not installed for {sys.executable}; run "
+                         "./setup.sh, or pip install --no-build-isolation sdk/python") from e
     return shoal
 
 

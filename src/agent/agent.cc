@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/free_ports.h"
+#include "agent/task_directories.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "shoal/v1/shoal.grpc.pb.h"
@@ -479,6 +480,10 @@ void Agent::Launch(const v1::MasterMessage& message) {
   };
   if (options_.keep_task_output || l.working_dir().empty()) {
     if (auto st = MakeDirs(task_dir); !st.ok()) return fail(std::string(st.message()));
+  }
+  // Here, not on the master: on Slurm and YARN this node's disk is not the master's.
+  if (auto st = MakeTaskDirectories({l.local_dirs().begin(), l.local_dirs().end()}); !st.ok()) {
+    return fail(std::string(st.message()));
   }
   spec.env["SHOAL_CLUSTER_SPEC_FILE"] = options_.work_dir + "/cluster.json";
   spec.env["SHOAL_AGENT_SOCKET"] = sdk_->address();

@@ -215,6 +215,17 @@ void AddMpiVariables(const spec::JobSpec& job, const ClusterPlan& plan, const Ta
 
 }  // namespace
 
+Environment LocalDirectories(const Environment& env) {
+  Environment dirs;
+  for (const char* name : {"SHOAL_JOB_DIR", "SHOAL_CHECKPOINT_DIR", "SHOAL_TENSORBOARD_LOGDIR"}) {
+    auto it = env.find(name);
+    if (it != env.end() && !it->second.empty() && it->second.front() == '/') {
+      dirs[name] = it->second;
+    }
+  }
+  return dirs;
+}
+
 std::vector<std::string> TaskArgv(const spec::JobSpec& job, const spec::Role& role,
                                   const std::string& shoal_binary) {
   std::vector<std::string> command = role.argv;

@@ -18,6 +18,14 @@ using Environment = std::map<std::string, std::string>;
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
                                  const TaskPlacement& task);
 
+// The local directories a task's environment `env` (BuildTaskEnvironment's) tells it about,
+// keyed by variable: SHOAL_JOB_DIR, SHOAL_CHECKPOINT_DIR, SHOAL_TENSORBOARD_LOGDIR, where they
+// hold an absolute path. The agent creates them before exec, on the task's node (a script that
+// only calls torch.save into SHOAL_CHECKPOINT_DIR must not fail for a missing parent). A URL
+// (hdfs://...) is left to the SDK's storage, which creates it; a relative value (only a role's
+// own `env` can give one) is the script's to make.
+Environment LocalDirectories(const Environment& env);
+
 // What a task of `role` runs: its command (an argv, or /bin/sh -c for a shell string), except
 // under framework: mpi, where Shoal's own binary runs the launcher's command through mpirun
 // (`shoal mpi-launcher -- COMMAND`) and is the whole of each worker (`shoal mpi-worker`).

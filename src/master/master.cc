@@ -768,8 +768,10 @@ void Master::LaunchReadyRoles() {
       for (const auto& a : frameworks::TaskArgv(options_.spec, role, options_.shoal_binary)) {
         launch->add_argv(a);
       }
-      for (const auto& [k, v] : frameworks::BuildTaskEnvironment(options_.spec, plan_, t)) {
-        (*launch->mutable_env())[k] = v;
+      frameworks::Environment env = frameworks::BuildTaskEnvironment(options_.spec, plan_, t);
+      for (const auto& [k, v] : env) (*launch->mutable_env())[k] = v;
+      for (const auto& [k, v] : frameworks::LocalDirectories(env)) {
+        (*launch->mutable_local_dirs())[k] = v;
       }
       launch->set_working_dir(role.working_dir);
       for (uint32_t c : t.cpu_affinity) launch->add_cpu_affinity(c);

@@ -203,19 +203,9 @@ def wait_for_job(jobs_dir, name=None, timeout=30):
 
 
 # ---------------------------------------------------------------------------------------------
-# Fault-tolerance helpers: the training SDK, killing a task of a job, reading the journal
+# Fault-tolerance helpers: the example, killing a task of a job, reading the journal
 
-SDK_PYTHON_DIR = REPO_ROOT / "sdk" / "python"
 EXAMPLE_DIR = REPO_ROOT / "examples" / "pytorch-ddp"
-
-
-def sdk_env(extra=None):
-    """Variables for `shoal run` so that its tasks (which inherit them) can `import shoal`."""
-    env = {"PYTHONPATH": os.pathsep.join(
-        p for p in (str(SDK_PYTHON_DIR), os.environ.get("PYTHONPATH", "")) if p)}
-    if extra:
-        env.update(extra)
-    return env
 
 
 def is_task_of(pid, job_id):

@@ -47,7 +47,7 @@ def final_accuracy(stdout):
 
 
 def run_baseline(run_shoal, job):
-    r = run_shoal("run", "-q", job, timeout=240, env=e2e.sdk_env())
+    r = run_shoal("run", "-q", job, timeout=240)
     assert r.returncode == 0, f"failure-free run failed: rc={r.returncode}\n{r.stdout[-3000:]}\n{r.stderr}"
     return final_accuracy(r.stdout)
 
@@ -75,7 +75,7 @@ def run_with_kills(start_shoal, shoal_status, jobs_dir, job, name, rng, full_wor
     """Runs the job and SIGKILLs a random live worker once the job has reached each of the
     global steps in `targets` (or, when it got past one while re-forming, as soon as it has
     re-formed); returns (client, job_dir, kills), each kill {task, pid, step, generation, at}."""
-    client = start_shoal("run", "-q", job, env=e2e.sdk_env())
+    client = start_shoal("run", "-q", job)
     job_dir = e2e.wait_for_job(jobs_dir, name, timeout=60)
     job_id = job_dir.name
     kills = []

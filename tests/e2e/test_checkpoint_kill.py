@@ -55,7 +55,7 @@ def test_kill_during_checkpoint_write_resumes_from_previous(tmp_path, write_file
             command: ["/usr/bin/python3", "trainer.py"]
             resources: {{cpus: 0.5}}
         """)
-    client = start_shoal("run", job, env=e2e.sdk_env())
+    client = start_shoal("run", job)
     job_dir = e2e.wait_for_job(jobs_dir, "tornckpt")
     job_id = job_dir.name
 

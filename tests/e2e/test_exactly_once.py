@@ -82,7 +82,7 @@ def test_restart_task_workers_train_each_sample_once_per_epoch(tmp_path, write_f
             command: ["/usr/bin/python3", "shard_worker.py", "{out}", "{EPOCHS}", '{json.dumps(plan)}']
             resources: {{cpus: 0.5}}
         """)
-    client = start_shoal("run", job, env=e2e.sdk_env())
+    client = start_shoal("run", job)
     job_dir = e2e.wait_for_job(jobs_dir, "oncetask")
     job_id = job_dir.name
     killed = []
@@ -253,7 +253,7 @@ def test_restart_group_with_checkpoints_trains_each_sample_once_per_epoch(
     # 30 shards x 2 epochs over 2 ranks: 30 steps. Kills at random steps of the first 24,
     # each in a later generation than the one before.
     rng = random.Random(SEED)
-    client = start_shoal("run", "-q", job, env=e2e.sdk_env())
+    client = start_shoal("run", "-q", job)
     job_dir = e2e.wait_for_job(jobs_dir, "oncegroup")
     job_id = job_dir.name
     kills = []

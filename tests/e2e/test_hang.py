@@ -95,7 +95,7 @@ def check_hung_event(job_dir, stopped_at):
 def test_hung_worker_is_killed_and_restarted(write_file, write_job, start_shoal, jobs_dir,
                                              wait_for_state, shoal_status):
     job = hang_job(write_file, write_job, "hangrestart", "restart-task")
-    client = start_shoal("run", job, env=e2e.sdk_env())
+    client = start_shoal("run", job)
     job_dir, pid, stopped_at = stop_worker_1(client, jobs_dir, "hangrestart", wait_for_state)
 
     rc = client.wait(60)
@@ -119,7 +119,7 @@ def test_hung_worker_is_killed_and_restarted(write_file, write_job, start_shoal,
 def test_hung_worker_fails_the_job(write_file, write_job, start_shoal, jobs_dir,
                                    wait_for_state, shoal_status):
     job = hang_job(write_file, write_job, "hangfail", "fail-job")
-    client = start_shoal("run", job, env=e2e.sdk_env())
+    client = start_shoal("run", job)
     job_dir, pid, stopped_at = stop_worker_1(client, jobs_dir, "hangfail", wait_for_state)
 
     rc = client.wait(60)

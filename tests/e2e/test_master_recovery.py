@@ -40,7 +40,7 @@ def test_following_run_replaces_a_killed_master_and_no_task_restarts(
             command: {json.dumps(TRAIN)}
             resources: {{cpus: 1}}
         """)
-    client = start_shoal("run", str(job), env=e2e.sdk_env())
+    client = start_shoal("run", str(job))
     job_dir = e2e.wait_for_job(jobs_dir, "recover-ddp", timeout=30)
     job_id = job_dir.name
     status = wait_for_state(job_id, lambda s: s["state"] == "running" and len(s["tasks"]) == 2

@@ -343,7 +343,6 @@ def test_ddp_resumes_from_its_hdfs_checkpoint_after_a_worker_container_is_killed
                       "--step-delay", "0.05"]
             resources: {{cpus: 1, memory: 1GiB}}
             env:
-              PYTHONPATH: "{e2e.SDK_PYTHON_DIR}"
               SHOAL_WEBHDFS: "{cluster['SHOAL_WEBHDFS']}"
         """)
     client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
@@ -377,8 +376,7 @@ def test_hdfs_checkpoint_write_killed_midway_leaves_the_previous_one_readable(cl
     ignores and the next save removes."""
     ckpt = f"/e2e/{tmp_path.name}/torn"
     uri = f"{cluster['SHOAL_HDFS']}{ckpt}"
-    env = {**e2e.base_env(), "PYTHONPATH": str(e2e.SDK_PYTHON_DIR),
-           "SHOAL_WEBHDFS": cluster["SHOAL_WEBHDFS"]}
+    env = {**e2e.base_env(), "SHOAL_WEBHDFS": cluster["SHOAL_WEBHDFS"]}
     script = ("import shoal, sys\n"
               f"c = shoal.Checkpointer(dir={uri!r}, serializer='raw')\n"
               "c.save(int(sys.argv[1]), sys.argv[2].encode() * 100000)\n"

@@ -112,6 +112,46 @@ TEST(FrameworkEnvTest, RoleEnvOverridesShoalDefaults) {
   EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[0]).at("OMP_NUM_THREADS"), "7");
 }
 
+// Issue 23, defect 3: a script that only calls torch.save into SHOAL_CHECKPOINT_DIR failed
+// because nothing created it. The agent creates what this returns.
+TEST(FrameworkEnvTest, LocalDirectoriesAreTheCheckpointTensorBoardAndJobDirectories) {
+  spec::JobSpec job;
+  job.name = "golden";
+  job.framework = spec::Framework::kPyTorch;
+  job.roles = {MakeRole("worker", 1)};
+  job.tensorboard.configured = true;
+  ClusterPlan plan = MakePlan(job, 1);
+  plan.checkpoint_dir = plan.job_dir + "/checkpoints";
+  EXPECT_EQ(LocalDirectories(BuildTaskEnvironment(job, plan, plan.tasks[0])),
+            (Environment{{"SHOAL_CHECKPOINT_DIR", plan.job_dir + "/checkpoints"},
+                         {"SHOAL_JOB_DIR", plan.job_dir},
+                         {"SHOAL_TENSORBOARD_LOGDIR", plan.job_dir + "/tensorboard"}}));
+}
+
+TEST(FrameworkEnvTest, LocalDirectoriesLeaveAnHdfsCheckpointDirectoryToTheSdk) {
+  spec::JobSpec job;
+  job.name = "golden";
+  job.roles = {MakeRole("worker", 1)};
+  ClusterPlan plan = MakePlan(job, 1);
+  plan.checkpoint_dir = "hdfs://namenode:8020/ckpt/golden";
+  Environment dirs = LocalDirectories(BuildTaskEnvironment(job, plan, plan.tasks[0]));
+  EXPECT_EQ(dirs, (Environment{{"SHOAL_JOB_DIR", plan.job_dir}}));
+}
+
+TEST(FrameworkEnvTest, LocalDirectoriesFollowTheRoleEnvButSkipRelativePaths) {
+  spec::JobSpec job;
+  job.name = "golden";
+  job.roles = {MakeRole("worker", 1)};
+  job.roles[0].env["SHOAL_CHECKPOINT_DIR"] = "/data/ckpt";
+  job.roles[0].env["SHOAL_TENSORBOARD_LOGDIR"] = "runs";
+  ClusterPlan plan = MakePlan(job, 1);
+  plan.checkpoint_dir = plan.job_dir + "/checkpoints";
+  job.tensorboard.configured = true;
+  Environment dirs = LocalDirectories(BuildTaskEnvironment(job, plan, plan.tasks[0]));
+  EXPECT_EQ(dirs.at("SHOAL_CHECKPOINT_DIR"), "/data/ckpt");
+  EXPECT_EQ(dirs.count("SHOAL_TENSORBOARD_LOGDIR"), 0u);
+}
+
 TEST(FrameworkEnvTest, GpusBecomeCudaVisibleDevices) {
   spec::JobSpec job;
   job.name = "golden";

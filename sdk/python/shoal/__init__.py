@@ -19,6 +19,9 @@ The SDK talks only to the Shoal agent of its node, over the Unix socket in SHOAL
 no-ops, checkpoints work locally, and data shards raise AgentUnavailable. See docs/sdk.md.
 """
 
+# The distribution shoal-sdk takes its version from here (sdk/python/pyproject.toml).
+__version__ = "0.1.0"
+
 from . import env
 from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, WebHdfsStorage,
                          checkpoint_name,
