@@ -261,6 +261,55 @@ def test_model_ready(server):
                        "batch_probe, identity, mlp")
 
 
+def test_readiness_of_each_kind_of_version_agrees_over_rest_and_grpc(shoal_bin, repository,
+                                                                        tmp_path, pb):
+    """Issue 23, defect 8: a version that exists but does not serve answered /ready with 404,
+    as if it did not exist, while docs/serving.md promised 400 {"ready": false, "error"}."""
+    repo = tmp_path / "models"
+    identity = (repository / "identity" / "1" / "model.pt").read_bytes()
+    for version, content in ((1, identity), (2, identity), (3, b"not a TorchScript archive")):
+        (repo / "m" / str(version)).mkdir(parents=True)
+        (repo / "m" / str(version) / "model.pt").write_bytes(content)
+    s = GrpcServer(shoal_bin, repo, tmp_path, pb)
+    try:
+        s.wait_ready()
+        m = s.messages
+
+        def grpc_ready(name, version=""):
+            return s.call("ModelReady", m.ModelReadyRequest(name=name, version=version)).ready
+
+        # Ready: the model, and version 2 (`latest` serves the highest that loads).
+        assert s.get("/v2/models/m/ready") == (200, {"name": "m", "ready": True})
+        assert s.get("/v2/models/m/versions/2/ready") == (200, {"name": "m", "ready": True})
+        assert grpc_ready("m") is True and grpc_ready("m", "2") is True
+        # Refused: version 3 failed to load.
+        status, body = s.get("/v2/models/m/versions/3/ready")
+        assert status == 400, body
+        assert body["name"] == "m" and body["ready"] is False
+        assert body["error"].startswith("model 'm' version 3 is not available: "), body
+        assert grpc_ready("m", "3") is False
+        # On disk, but not what the version policy serves.
+        assert s.get("/v2/models/m/versions/1/ready") == (400, {
+            "name": "m", "ready": False,
+            "error": "model 'm' version 1 is not served: its version_policy serves version(s) 2"})
+        assert grpc_ready("m", "1") is False
+        # Unknown version, unknown model: 404 and NOT_FOUND.
+        unknown_version = "model 'm' has no version '4'; ready versions: 2"
+        assert s.get("/v2/models/m/versions/4/ready") == (404, {"error": unknown_version})
+        assert s.error("ModelReady", m.ModelReadyRequest(name="m", version="4")) == (
+            grpc.StatusCode.NOT_FOUND, unknown_version)
+        unknown_model = "unknown model 'nope'; the repository has: m"
+        assert s.get("/v2/models/nope/ready") == (404, {"error": unknown_model})
+        assert s.get("/v2/models/nope/versions/1/ready") == (404, {"error": unknown_model})
+        assert s.error("ModelReady", m.ModelReadyRequest(name="nope")) == (
+            grpc.StatusCode.NOT_FOUND, unknown_model)
+        assert s.error("ModelReady", m.ModelReadyRequest(name="nope", version="1")) == (
+            grpc.StatusCode.NOT_FOUND, unknown_model)
+    finally:
+        s.close()
+        s.kill()
+
+
 def test_model_metadata(server):
     m = server.messages
     meta = server.call("ModelMetadata", m.ModelMetadataRequest(name="mlp"))
