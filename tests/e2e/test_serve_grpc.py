@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import shoal_e2e as e2e
-from test_serve import EXPORTER, TORCH_DTYPES, Server, load
+from test_serve import EXPORTER, TORCH_DTYPES, Server, load, output
 
 MAX_REQUEST_BYTES = 6 << 20  # above the 4 MiB round trip, below the oversized request
 
@@ -522,6 +522,60 @@ def test_malformed_grpc_requests_are_invalid_argument_saying_what(server):
     cases.append((r, "inputs[1] (x): input 'x' is given twice"))
     for request, message in cases:
         assert server.error("ModelInfer", request) == (grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def identity_inference_count(server):
+    status, body = server.get("/v2/models/identity/versions/1/stats")
+    assert status == 200, body
+    stats = body["model_stats"][0]
+    return stats["inference_count"], stats["inference_stats"]["fail"]["count"]
+
+
+def test_a_tensor_whose_data_does_not_match_its_shape_is_refused_before_the_model(server):
+    """Issue 23, defect 8: JSON data nested otherwise than its shape reached the model. Every
+    way of sending a tensor refuses data that does not match its shape with 400 or
+    INVALID_ARGUMENT naming the input, and the model (identity, which takes any shape, so
+    nothing after the decoder would notice) never sees it."""
+    before = identity_inference_count(server)
+    how_to = ("(nested data follows the shape; or send the [2,2] tensor's values flat, in "
+              "row-major order)")
+    json_cases = [
+        ([[1, 2, 3], [4]], f"data[0] has 3 entries, but shape [2,2] needs 2 at dimension 1 {how_to}"),
+        ([[1, 2], [3]], f"data[1] has 1 entries, but shape [2,2] needs 2 at dimension 1 {how_to}"),
+        ([[[1], [2]], [[3], [4]]], "data[0][0] is a list, but shape [2,2] has 2 dimensions: data "
+                                   f"is nested deeper than the shape {how_to}"),
+        ([[1, 2, 3, 4]], f"data has 1 entries, but shape [2,2] needs 2 at dimension 0 {how_to}"),
+        ([1, 2, 3], "shape [2,2] needs 4 values, data has 3"),
+    ]
+    for data, message in json_cases:
+        status, body = server.infer("identity", [{"name": "x", "shape": [2, 2],
+                                                  "datatype": "FP32", "data": data}])
+        assert (status, body) == (400, {"error": f"inputs[0] (x): {message}"}), data
+    # The binary tensor extension: a binary_data_size that is not the shape's.
+    head = json.dumps({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": 12}}]}).encode()
+    status, _, reply = http_exchange(server.port, "/v2/models/identity/infer", head + bytes(12),
+                                     {"Inference-Header-Content-Length": str(len(head))})
+    assert (status, json.loads(reply)) == (400, {
+        "error": "inputs[0] (x): binary_data_size is 12, but shape [2,2] of FP32 is 16 bytes"})
+    # gRPC: raw contents of the wrong size, typed contents of the wrong count.
+    x = torch.ones(2, 2)
+    raw = infer_request(server, "identity", [("x", x, "FP32")], raw=True)
+    raw.raw_input_contents[0] = raw.raw_input_contents[0][:12]
+    assert server.error("ModelInfer", raw) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0] (x): raw_input_contents[0] has 12 bytes, but shape [2,2] of FP32 needs 16")
+    typed = infer_request(server, "identity", [("x", x, "FP32")], raw=False)
+    typed.inputs[0].contents.fp32_contents.append(5.0)
+    assert server.error("ModelInfer", typed) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "inputs[0] (x): shape [2,2] needs 4 values, contents.fp32_contents has 5")
+    assert identity_inference_count(server) == before
+    # What does match its shape, nested or flat, still runs.
+    for data in ([[1, 2], [3, 4]], [1, 2, 3, 4]):
+        status, body = server.infer("identity", [{"name": "x", "shape": [2, 2],
+                                                  "datatype": "FP32", "data": data}])
+        assert status == 200 and output(body, "output__0")["data"] == [1, 2, 3, 4], body
 
 
 def test_an_oversized_grpc_message_is_resource_exhausted_and_the_server_goes_on(server):
