@@ -586,12 +586,6 @@ absl::StatusOr<ModelView> ModelManager::FindModel(const std::string& model) cons
   view.name = model;
   const ModelState& state = it->second;
   for (const auto& [v, version] : state.versions) view.versions.push_back(version);
-  view.ready = !state.loading && !view.versions.empty();
-  if (state.loading) {
-    view.not_ready_reason = "still loading";
-  } else if (view.versions.empty()) {
-    view.not_ready_reason = state.refusal;
-  }
   return view;
 }
 

@@ -21,11 +21,9 @@ namespace shoal::serve {
 
 class ModelBackend;
 
-// What a model's metadata and readiness endpoints show.
+// What a model's metadata and statistics endpoints show.
 struct ModelView {
   std::string name;
-  bool ready = false;
-  std::string not_ready_reason;  // when not ready: loading, or why it was refused
   std::vector<std::shared_ptr<ServedVersion>> versions;  // ready versions, ascending
 };
 
