@@ -83,18 +83,12 @@ bool StoreElement(DataType type, dom::element value, std::byte* out) {
   return false;
 }
 
-// Converts the leaves of `data`, lists nested at most `depth_left` deep, into `tensor`, which
-// has room for exactly its shape's elements; false when there are more or one does not convert.
-bool StoreData(dom::array data, int depth_left, Tensor& tensor, size_t& count) {
+// Converts the values of the flat list `data` into `tensor`, which has room for exactly its
+// shape's elements; false when a value is a list, there are more, or one does not convert.
+bool StoreFlat(dom::array data, Tensor& tensor, size_t& count) {
   const size_t element_size = DataTypeSize(tensor.datatype);
   const size_t capacity = tensor.data.size() / element_size;
   for (dom::element value : data) {
-    if (value.type() == dom::element_type::ARRAY) {
-      if (depth_left <= 1 || !StoreData(dom::array(value), depth_left - 1, tensor, count)) {
-        return false;
-      }
-      continue;
-    }
     if (count >= capacity) return false;
     if (!StoreElement(tensor.datatype, value, tensor.data.data() + count * element_size)) {
       return false;
@@ -102,6 +96,33 @@ bool StoreData(dom::array data, int depth_left, Tensor& tensor, size_t& count) {
     ++count;
   }
   return true;
+}
+
+// Converts `data`, nested as tensor.shape from `dimension` on (a list of shape[dimension]
+// lists of ...), into `tensor`; false when its nesting does not follow the shape or a value
+// does not convert.
+bool StoreNested(dom::array data, size_t dimension, Tensor& tensor, size_t& count) {
+  if (static_cast<int64_t>(data.size()) != tensor.shape[dimension]) return false;
+  if (dimension + 1 == tensor.shape.size()) return StoreFlat(data, tensor, count);
+  for (dom::element value : data) {
+    dom::array inner;
+    if (value.get_array().get(inner) || !StoreNested(inner, dimension + 1, tensor, count)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `data` flat (no value a list; a list there fails StoreElement) or nested exactly as the
+// shape; the general decoder words what is wrong with any other.
+bool StoreData(dom::array data, Tensor& tensor, size_t& count) {
+  bool nested = false;
+  for (dom::element value : data) {
+    nested = value.type() == dom::element_type::ARRAY;
+    break;
+  }
+  if (nested && tensor.shape.size() >= 2) return StoreNested(data, 0, tensor, count);
+  return StoreFlat(data, tensor, count);
 }
 
 bool TakeInput(dom::element element, size_t body_bytes, InferRequest& request) {
@@ -153,7 +174,7 @@ bool TakeInput(dom::element element, size_t body_bytes, InferRequest& request) {
   if (!elements || static_cast<uint64_t>(*elements) > body_bytes) return false;
   tensor.data.resize(static_cast<size_t>(*elements) * DataTypeSize(*type));
   size_t count = 0;
-  if (!StoreData(data, std::max<int>(1, static_cast<int>(tensor.shape.size())), tensor, count) ||
+  if (!StoreData(data, tensor, count) ||
       count != static_cast<size_t>(*elements)) {
     return false;
   }

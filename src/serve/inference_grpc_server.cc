@@ -77,20 +77,16 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     });
   }
 
-  // As REST's /ready: NOT_FOUND for an unknown model or an unknown version of a ready model;
-  // ready false while loading or when refused.
+  // As REST's /ready: NOT_FOUND for an unknown model or a version it does not have; ready
+  // false while loading, when refused or unloaded, or for a version its policy does not serve.
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
                                        const inference::ModelReadyRequest* request,
                                        inference::ModelReadyResponse* response) override {
     return Answer(context, [&] {
-      auto model = models_->FindModel(request->name());
-      if (!model.ok()) return ToGrpcStatus(model.status());
-      auto version = models_->FindVersion(request->name(), VersionOf(request->version()));
-      if (!version.ok() && version.status().code() == absl::StatusCode::kNotFound &&
-          model->ready) {
-        return ToGrpcStatus(version.status());
-      }
-      response->set_ready(version.ok());
+      absl::StatusOr<Readiness> readiness =
+          models_->CheckReadiness(request->name(), VersionOf(request->version()));
+      if (!readiness.ok()) return ToGrpcStatus(readiness.status());
+      response->set_ready(readiness->ready);
       return grpc::Status::OK;
     });
   }

@@ -139,17 +139,14 @@ HttpReply ModelMetadata(ModelManager* models, const ModelPath& path) {
                       {"threads_per_instance", (*version)->threads_per_instance()}}}});
 }
 
+// KServe v2: 200 when ready, another status when not. A model or version that exists but does
+// not serve (loading, refused, unloaded, not served by its version policy) is 400 with why;
+// 404 is kept for what does not exist, so that a client can tell a typo from a failed load.
 HttpReply ModelReady(ModelManager* models, const ModelPath& path) {
-  auto model = models->FindModel(path.name);
-  if (!model.ok()) return ErrorReply(model.status());
-  auto version = models->FindVersion(path.name, path.version);
-  if (version.ok()) return JsonReply({{"name", path.name}, {"ready", true}});
-  if (version.status().code() == absl::StatusCode::kNotFound && model->ready) {
-    return ErrorReply(version.status());  // an unknown version of a model
-  }
-  // KServe v2: readiness false is a 4xx.
-  return JsonReply(
-      {{"name", path.name}, {"ready", false}, {"error", version.status().message()}}, 400);
+  absl::StatusOr<Readiness> readiness = models->CheckReadiness(path.name, path.version);
+  if (!readiness.ok()) return ErrorReply(readiness.status());
+  if (readiness->ready) return JsonReply({{"name", path.name}, {"ready", true}});
+  return JsonReply({{"name", path.name}, {"ready", false}, {"error", readiness->why_not}}, 400);
 }
 
 HttpReply ModelStats(ModelManager* models, const ModelPath& path) {

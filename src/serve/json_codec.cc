@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <type_traits>
@@ -139,6 +140,45 @@ std::string Flatten(const json& data, DataType type, int max_depth, int64_t limi
   return "";
 }
 
+// "" when `data` (a list) is flat, holding no list, or nested exactly as `shape`: a list of
+// shape[0] lists of shape[1] ... of shape[rank-1] values. Otherwise what does not match and
+// where, e.g. "data[1] has 1 entries, but shape [2,2] needs 2 at dimension 1". Checked before
+// the values are converted, so that a tensor whose nesting disagrees with its shape is refused
+// rather than read in an order its sender did not mean.
+std::string CheckNesting(const json& data, const std::vector<int64_t>& shape) {
+  bool flat = std::none_of(data.begin(), data.end(), [](const json& v) { return v.is_array(); });
+  if (flat || shape.size() <= 1) return "";  // a flat list; Flatten refuses lists in a rank-1 one
+  auto how_to = [&] {
+    return absl::StrCat(" (nested data follows the shape; or send the ", ShapeString(shape),
+                        " tensor's values flat, in row-major order)");
+  };
+  std::function<std::string(const json&, size_t, const std::string&)> check =
+      [&](const json& level, size_t dimension, const std::string& where) -> std::string {
+    if (dimension == shape.size()) {
+      if (!level.is_array()) return "";
+      return absl::StrCat(where, " is a list, but shape ", ShapeString(shape), " has ",
+                          shape.size(), " dimensions: data is nested deeper than the shape",
+                          how_to());
+    }
+    if (!level.is_array()) {
+      return absl::StrCat(where, " is ", JsonTypeName(level), ", but shape ", ShapeString(shape),
+                          " needs a list of ", shape[dimension], " at dimension ", dimension,
+                          how_to());
+    }
+    if (static_cast<int64_t>(level.size()) != shape[dimension]) {
+      return absl::StrCat(where, " has ", level.size(), " entries, but shape ",
+                          ShapeString(shape), " needs ", shape[dimension], " at dimension ",
+                          dimension, how_to());
+    }
+    for (size_t i = 0; i < level.size(); ++i) {
+      std::string error = check(level[i], dimension + 1, absl::StrCat(where, "[", i, "]"));
+      if (!error.empty()) return error;
+    }
+    return "";
+  };
+  return check(data, 0, "data");
+}
+
 // Counts the elements without converting them (after the limit was hit).
 int64_t CountLeaves(const json& data) {
   if (!data.is_array()) return 1;
@@ -266,6 +306,9 @@ absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index, BinaryTail* 
   }
   int64_t count = 0;
   if (data->is_array()) {
+    if (std::string error = CheckNesting(*data, tensor.shape); !error.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": ", error));
+    }
     tensor.data.reserve(static_cast<size_t>(
         std::min<int64_t>(*elements, int64_t{1} << 24) * DataTypeSize(*type)));
     std::string error = Flatten(*data, *type, std::max<int>(1, int(tensor.shape.size())),

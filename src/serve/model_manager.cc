@@ -173,6 +173,8 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
     ModelState& state = models_[model.name];
     state.loading = false;
     state.failed_versions = std::move(failed);
+    state.on_disk.clear();
+    for (const VersionEntry& entry : model.versions) state.on_disk.insert(entry.version);
     // A model none of whose versions loads now keeps serving what it served.
     if (!chosen.empty() || state.versions.empty()) {
       for (auto& [v, version] : state.versions) {
@@ -278,6 +280,7 @@ std::vector<std::string> ModelManager::SyncEnsemble(const ModelEntry& model,
     ModelState& state = models_[model.name];
     state.loading = false;
     state.failed_versions.clear();
+    state.on_disk = {1};  // an ensemble is its config: version 1
     if (built) {
       for (auto& [v, version] : state.versions) released.push_back(std::move(version));
       state.versions = {{1, built}};
@@ -535,6 +538,46 @@ absl::StatusOr<std::shared_ptr<ServedVersion>> ModelManager::FindVersion(
                                           "'; ready versions: ", absl::StrJoin(ready, ", ")));
 }
 
+absl::StatusOr<Readiness> ModelManager::CheckReadiness(
+    const std::string& model, const std::optional<std::string>& version_text) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = models_.find(model);
+  if (it == models_.end()) return UnknownModel(model);
+  const ModelState& state = it->second;
+  std::vector<std::string> ready;
+  for (const auto& [v, version] : state.versions) ready.push_back(absl::StrCat(v));
+  auto not_ready = [](std::string why) { return Readiness{false, std::move(why)}; };
+  auto model_not_ready = [&] {
+    return not_ready(state.loading
+                         ? absl::StrCat("model '", model, "' is still loading")
+                         : absl::StrCat("model '", model, "' is not available: ", state.refusal));
+  };
+  if (!version_text) {
+    if (state.loading || state.versions.empty()) return model_not_ready();
+    return Readiness{true, ""};
+  }
+  int64_t number = 0;
+  // "01" or "+1" name no version directory (model_repository.h), so they are not found.
+  bool numeral = absl::SimpleAtoi(*version_text, &number) && number >= 1 &&
+                 absl::StrCat(number) == *version_text;
+  if (numeral && state.versions.count(number)) return Readiness{true, ""};
+  if (numeral && state.failed_versions.count(number)) {
+    return not_ready(absl::StrCat("model '", model, "' version ", number, " is not available: ",
+                                  state.failed_versions.at(number).why));
+  }
+  // Before its first load the server does not know the versions yet.
+  if (state.loading) return model_not_ready();
+  if (numeral && state.on_disk.count(number)) {
+    if (state.versions.empty()) return model_not_ready();
+    return not_ready(absl::StrCat("model '", model, "' version ", number,
+                                  " is not served: its version_policy serves version(s) ",
+                                  absl::StrJoin(ready, ", ")));
+  }
+  return absl::NotFoundError(absl::StrCat("model '", model, "' has no version '", *version_text,
+                                          "'; ready versions: ",
+                                          ready.empty() ? "none" : absl::StrJoin(ready, ", ")));
+}
+
 absl::StatusOr<ModelView> ModelManager::FindModel(const std::string& model) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(model);
@@ -543,12 +586,6 @@ absl::StatusOr<ModelView> ModelManager::FindModel(const std::string& model) cons
   view.name = model;
   const ModelState& state = it->second;
   for (const auto& [v, version] : state.versions) view.versions.push_back(version);
-  view.ready = !state.loading && !view.versions.empty();
-  if (state.loading) {
-    view.not_ready_reason = "still loading";
-  } else if (view.versions.empty()) {
-    view.not_ready_reason = state.refusal;
-  }
   return view;
 }
 

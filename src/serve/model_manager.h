@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,17 @@ namespace shoal::serve {
 
 class ModelBackend;
 
-// What a model's metadata and readiness endpoints show.
+// What a model's metadata and statistics endpoints show.
 struct ModelView {
   std::string name;
-  bool ready = false;
-  std::string not_ready_reason;  // when not ready: loading, or why it was refused
   std::vector<std::shared_ptr<ServedVersion>> versions;  // ready versions, ascending
+};
+
+// What the readiness endpoints (REST's /ready, gRPC's ModelReady) answer for a model or one
+// of its versions that the server knows.
+struct Readiness {
+  bool ready = false;
+  std::string why_not;  // when not ready: loading, refused and why, not served by the policy
 };
 
 // One row of POST /v2/repository/index: a version that serves or was refused, or a model
@@ -91,6 +97,14 @@ class ModelManager {
   absl::StatusOr<std::shared_ptr<ServedVersion>> FindVersion(
       const std::string& model, const std::optional<std::string>& version_text) const;
 
+  // Whether `model`, or its version `version_text` (nullopt: the model as a whole), serves
+  // requests now; when not, why: still loading, refused (an invalid config, a version that
+  // failed to load, with the reason), unloaded, or a version on disk that the version policy
+  // does not serve. NotFound only for what does not exist: an unknown model, or a version that
+  // is neither on disk (settled) nor serving nor refused.
+  absl::StatusOr<Readiness> CheckReadiness(const std::string& model,
+                                           const std::optional<std::string>& version_text) const;
+
   // NotFound when the repository has no such model.
   absl::StatusOr<ModelView> FindModel(const std::string& model) const;
 
@@ -110,6 +124,8 @@ class ModelManager {
     std::string refusal;    // non-empty: refused, with why
     std::map<int64_t, std::shared_ptr<ServedVersion>> versions;
     std::map<int64_t, FailedVersion> failed_versions;
+    // The version directories found on disk (settled) at the last sync, served or not.
+    std::set<int64_t> on_disk;
     std::string ensemble_key;  // the serving ensemble's members and combiner; empty if none
   };
   // The config of a model as last read, so that an unchanged file is parsed and logged once.

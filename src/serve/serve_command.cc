@@ -5,8 +5,10 @@
 #include <signal.h>
 
 #include <arpa/inet.h>
+#include <malloc.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -56,9 +58,33 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   return token;
 }
 
+// Buffers of this size and larger are mmapped on their own and unmapped when freed.
+constexpr int kMallocMmapThresholdBytes = 256 << 10;
+
+// glibc raises its mmap threshold to the size of each mmapped block freed (up to 32 MiB), and
+// its trim threshold to twice that. After one large request, a gRPC call's buffers (the 1 MiB
+// slices gRPC serializes a response into, the read slices a request arrives in, tensors up to
+// 32 MiB) are carved from the per-thread arena of whichever of the server's many threads
+// handles it, up to 8 arenas per CPU; small blocks allocated after them pin each arena's top,
+// so nothing is returned when they are freed. Measured (issue 23, 2 CPUs): 40 sequential 60 MB
+// ModelInfer calls left the RSS at 712 MiB from 175 MiB, with under 1 MiB in use in each of 14
+// arenas holding 29 to 80 MiB; with the threshold pinned it comes back to 261 MiB. Pinning it
+// (mallopt turns the adjustment off) keeps every large block out of the arenas, at the cost of
+// an mmap and its page faults per large block. An explicit GLIBC_TUNABLES setting of the
+// threshold wins.
+void PinMallocMmapThreshold() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr) {
+    return;
+  }
+  mallopt(M_MMAP_THRESHOLD, kMallocMmapThresholdBytes);
+}
+
 }  // namespace
 
 int RunServer(const ServeOptions& options) {
+  PinMallocMmapThreshold();  // before any thread has an arena
+
   // Signals are taken by sigwait below; block them before any thread starts, so that every
   // thread inherits the mask and none is killed by them.
   sigset_t signals;

@@ -153,6 +153,59 @@ TEST(JsonCodecTest, RefusesADataCountThatIsNotTheShapes) {
             "inputs[0] (x): data is nested deeper than the shape");
 }
 
+// Issue 23, defect 8: nested data that disagrees with its shape reached the model (and failed
+// there with 500) whenever its values added up to the shape's count.
+TEST(JsonCodecTest, RefusesNestedDataThatDoesNotFollowTheShape) {
+  auto body = [](const std::string& shape, const std::string& data) {
+    return absl::StrCat(R"({"inputs": [{"name": "x", "shape": )", shape,
+                        R"(, "datatype": "INT32", "data": )", data, "}]}");
+  };
+  const std::string how_to =
+      " (nested data follows the shape; or send the [2,2] tensor's values flat, in row-major "
+      "order)";
+  // Rows of the wrong length, whose values add up to the shape's count.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[[1, 2, 3], [4]]")),
+            "inputs[0] (x): data[0] has 3 entries, but shape [2,2] needs 2 at dimension 1" +
+                how_to);
+  // Ragged.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[[1, 2], [3]]")),
+            "inputs[0] (x): data[1] has 1 entries, but shape [2,2] needs 2 at dimension 1" +
+                how_to);
+  // Too shallow: one row of four.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[[1, 2, 3, 4]]")),
+            "inputs[0] (x): data has 1 entries, but shape [2,2] needs 2 at dimension 0" + how_to);
+  // Too deep.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[[[1], [2]], [[3], [4]]]")),
+            "inputs[0] (x): data[0][0] is a list, but shape [2,2] has 2 dimensions: data is "
+            "nested deeper than the shape" +
+                how_to);
+  // Values and lists mixed on one level.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[[1, 2], 3]")),
+            "inputs[0] (x): data[1] is an integer, but shape [2,2] needs a list of 2 at "
+            "dimension 1" +
+                how_to);
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[1, 2, [3, 4]]")),
+            "inputs[0] (x): data has 3 entries, but shape [2,2] needs 2 at dimension 0" + how_to);
+  // Flat data of the wrong count.
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[1, 2, 3]")),
+            "inputs[0] (x): shape [2,2] needs 4 values, data has 3");
+  EXPECT_EQ(DecodeError(body("[2, 2]", "[1, 2, 3, 4, 5]")),
+            "inputs[0] (x): shape [2,2] needs 4 values, data has 5");
+  // Partly nested: a [1,2,2] tensor sent as two rows.
+  EXPECT_THAT(DecodeError(body("[1, 2, 2]", "[[1, 2], [3, 4]]")),
+              HasSubstr("data has 2 entries, but shape [1,2,2] needs 1 at dimension 0"));
+  // What does follow the shape, nested or flat, still decodes.
+  for (const std::string& data : {"[[1, 2], [3, 4]]", "[1, 2, 3, 4]"}) {
+    absl::StatusOr<InferRequest> request = DecodeInferRequest(body("[2, 2]", data));
+    ASSERT_TRUE(request.ok()) << request.status();
+    EXPECT_EQ(Values<int32_t>(request->inputs[0]), (std::vector<int32_t>{1, 2, 3, 4}));
+  }
+  absl::StatusOr<InferRequest> empty_rows = DecodeInferRequest(body("[2, 0]", "[[], []]"));
+  EXPECT_TRUE(empty_rows.ok()) << empty_rows.status();
+  EXPECT_THAT(DecodeError(body("[2, 0]", "[[], [], []]")),
+              HasSubstr("data has 3 entries, but shape [2,0] needs 2 at dimension 0"));
+}
+
 TEST(JsonCodecTest, RefusesValuesOfTheWrongTypeOrRange) {
   EXPECT_EQ(DecodeError(R"({"inputs": [{"name": "x", "shape": [2], "datatype": "INT8",
                                        "data": [1, 200]}]})"),
@@ -521,6 +574,15 @@ TEST(JsonCodecTest, TheOnePassDecoderLeavesEverythingElseToTheGeneralOne) {
       R"({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2]}]})",
       R"({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [[[1]], 2]}]})",
       R"({"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [[1, 2]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+                      "data": [[1, 2, 3], [4]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [[1, 2, 3, 4]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32",
+                      "data": [[[1], [2]], [[3], [4]]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [[1, 2], 3, 4]}]})",
+      R"({"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, [3, 4]]}]})",
+      R"({"inputs": [{"name": "x", "shape": [1, 2, 2], "datatype": "FP32",
+                      "data": [[1, 2], [3, 4]]}]})",
       R"({"inputs": [{"name": "x", "shape": [2], "datatype": "INT8", "data": [1, 200]}]})",
       R"({"inputs": [{"name": "x", "shape": [1], "datatype": "UINT8", "data": [-1]}]})",
       R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [1.5]}]})",

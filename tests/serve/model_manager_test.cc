@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "serve/model_backend.h"
 
 namespace shoal::serve {
@@ -140,6 +141,51 @@ TEST_F(ModelManagerTest, LatestServesTheHighestVersionThatLoads) {
   EXPECT_THAT(three.status().message(), HasSubstr("version 3 is not available: "));
 }
 
+// Issue 23, defect 8: a version that failed to load answered /ready with 404, as if it did
+// not exist. What exists answers ready or not, with why; only what does not is NotFound.
+TEST_F(ModelManagerTest, ReadinessTellsAVersionThatDoesNotServeFromOneThatDoesNotExist) {
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  Write("m/3/model.pt", "broken");
+  Write("bad/config.yaml", "instances: 0\n");
+  Write("bad/1/model.pt", "ok 1");
+  manager_.LoadRepository(Scan());
+
+  auto ready = [&](const std::string& model, std::optional<std::string> version) {
+    absl::StatusOr<Readiness> readiness = manager_.CheckReadiness(model, version);
+    EXPECT_TRUE(readiness.ok()) << model << " " << version.value_or("") << ": "
+                                << readiness.status();
+    return readiness.ok() ? *readiness : Readiness{};
+  };
+  EXPECT_TRUE(ready("m", std::nullopt).ready);
+  EXPECT_TRUE(ready("m", "2").ready);
+  Readiness refused = ready("m", "3");
+  EXPECT_FALSE(refused.ready);
+  EXPECT_EQ(refused.why_not,
+            "model 'm' version 3 is not available: " + Path("m/3/model.pt") + ": not a model");
+  Readiness not_served = ready("m", "1");  // on disk; `latest` serves 2 only
+  EXPECT_FALSE(not_served.ready);
+  EXPECT_EQ(not_served.why_not,
+            "model 'm' version 1 is not served: its version_policy serves version(s) 2");
+  Readiness bad = ready("bad", "1");
+  EXPECT_FALSE(bad.ready);
+  EXPECT_THAT(bad.why_not, HasSubstr("model 'bad' is not available: invalid config:"));
+  EXPECT_FALSE(ready("bad", std::nullopt).ready);
+
+  for (const char* version : {"4", "0", "01", "x"}) {
+    absl::StatusOr<Readiness> unknown = manager_.CheckReadiness("m", version);
+    EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << version;
+    EXPECT_EQ(unknown.status().message(),
+              absl::StrCat("model 'm' has no version '", version, "'; ready versions: 2"));
+  }
+  absl::StatusOr<Readiness> unknown_of_refused = manager_.CheckReadiness("bad", "2");
+  EXPECT_EQ(unknown_of_refused.status().message(),
+            "model 'bad' has no version '2'; ready versions: none");
+  absl::StatusOr<Readiness> unknown_model = manager_.CheckReadiness("nope", std::nullopt);
+  EXPECT_EQ(unknown_model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown_model.status().message(), "unknown model 'nope'; the repository has: bad, m");
+}
+
 TEST_F(ModelManagerTest, AllServesEveryVersionThatLoads) {
   Write("m/config.yaml", "version_policy: all\n");
   Write("m/1/model.pt", "ok 1");
@@ -209,6 +255,10 @@ TEST_F(RepositoryModelManagerTest, UnloadIsStickyUntilALoad) {
   EXPECT_EQ(gone.status().message(),
             "model 'm' is not available: unloaded (POST /v2/repository/models/m/load serves it "
             "again)");
+  absl::StatusOr<Readiness> unloaded = manager.CheckReadiness("m", "1");
+  ASSERT_TRUE(unloaded.ok()) << unloaded.status();
+  EXPECT_FALSE(unloaded->ready);
+  EXPECT_EQ(unloaded->why_not, gone.status().message());
   Write("m/2/model.pt", "ok 2");
   manager.ApplyScan(Scan());
   EXPECT_EQ(manager.FindVersion("m", std::nullopt).status().code(), absl::StatusCode::kNotFound);
