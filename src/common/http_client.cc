@@ -1,5 +1,6 @@
 #include "common/http_client.h"
 
+#include <functional>
 #include <optional>
 
 #include <boost/asio/connect.hpp>
@@ -78,9 +79,22 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
 
   beast::tcp_stream stream(io);
   beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxReplyBytes);
+  std::optional<http::response_parser<http::string_body>> parser;
+  parser.emplace();
+  parser->body_limit(kMaxReplyBytes);
   beast::error_code failure;
+  // Interim replies (1xx: a DataNode answers "100 Continue" to a PUT unasked) are skipped: the
+  // reply is the final one that follows.
+  std::function<void(beast::error_code, size_t)> on_read = [&](beast::error_code read_ec,
+                                                               size_t) {
+    if (!read_ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200) {
+      parser.emplace();
+      parser->body_limit(kMaxReplyBytes);
+      http::async_read(stream, buffer, *parser, on_read);
+      return;
+    }
+    failure = read_ec;
+  };
   std::string stage = "connect";
   stream.expires_after(request.connect_timeout);
   stream.async_connect(endpoints, [&](beast::error_code connect_ec, const tcp::endpoint&) {
@@ -96,9 +110,7 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
         return;
       }
       stage = "read the reply";
-      http::async_read(stream, buffer, parser, [&](beast::error_code read_ec, size_t) {
-        failure = read_ec;
-      });
+      http::async_read(stream, buffer, *parser, on_read);
     });
   });
   io.run();
@@ -108,8 +120,8 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
     return absl::UnavailableError(absl::StrCat(what, ": ", stage, ": ", Describe(failure)));
   }
   HttpReply reply;
-  reply.status = static_cast<int>(parser.get().result_int());
-  reply.body = std::move(parser.get().body());
+  reply.status = static_cast<int>(parser->get().result_int());
+  reply.body = std::move(parser->get().body());
   return reply;
 }
 
