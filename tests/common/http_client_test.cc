@@ -83,6 +83,28 @@ TEST(HttpClientTest, SendsTheRequestAndReturnsAReplyOfAnyStatus) {
   EXPECT_EQ(seen.substr(seen.size() - 18), R"({"state":"KILLED"})");
 }
 
+TEST(HttpClientTest, AnInterimContinueIsSkippedForTheFinalReply) {
+  // What a DataNode does with a WebHDFS PUT: "100 Continue" unasked, then its answer.
+  Listener server;
+  std::thread peer([&] {
+    int conn = ::accept(server.fd, nullptr, nullptr);
+    ReadRequest(conn);
+    std::string reply =
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n";
+    ASSERT_EQ(::write(conn, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+    ::close(conn);
+  });
+  HttpRequest request;
+  request.method = "PUT";
+  request.base = server.base();
+  request.target = "/webhdfs/v1/f?op=CREATE";
+  request.body = "bytes";
+  auto reply = SendHttp(request);
+  peer.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 201);
+}
+
 TEST(HttpClientTest, NothingListeningIsUnavailable) {
   int port;
   {
