@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "backends/yarn/webhdfs.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {
@@ -146,6 +147,17 @@ TEST(YarnRequestTest, AmConfigCarriesTheAgentsFilesAndTheStagingDir) {
   EXPECT_EQ(config["agent_resources"][0]["url"], "hdfs://nn:8020/s/shoal");
   EXPECT_EQ(config["agent_resources"][0]["size"], 7);
   EXPECT_EQ(config["agent_resources"][0]["timestamp"], 8);
+}
+
+TEST(YarnRequestTest, WebHdfsIsTheNameNodesHostOnItsHttpPortUnlessGiven) {
+  EXPECT_EQ(WebHdfsAddress("hdfs://nn.example:8020", "").value(), "http://nn.example:9870");
+  EXPECT_EQ(WebHdfsAddress("hdfs://nameservice1/", "").value(), "http://nameservice1:9870");
+  EXPECT_EQ(WebHdfsAddress("hdfs://nn:8020", "http://nn:50070").value(), "http://nn:50070");
+  for (const char* bad : {"file:///", "", "hdfs://", "s3a://bucket"}) {
+    auto got = WebHdfsAddress(bad, "");
+    EXPECT_FALSE(got.ok()) << bad;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("hdfs://HOST:PORT")) << bad;
+  }
 }
 
 TEST(YarnRequestTest, RmWebAddressMustBeHttpHostPort) {
