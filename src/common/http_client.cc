@@ -31,55 +31,14 @@ std::string Describe(beast::error_code ec) {
   return ec.message();
 }
 
-}  // namespace
-
-absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
-  absl::string_view rest = request.base;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
-  }
-  while (absl::ConsumeSuffix(&rest, "/")) {
-  }
-  size_t colon = rest.rfind(':');
-  uint32_t port = 0;
-  if (colon == absl::string_view::npos || colon == 0 ||
-      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port == 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
-  }
-  std::string host(rest.substr(0, colon));
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  http::verb verb = http::string_to_verb(request.method);
-  if (verb == http::verb::unknown) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown HTTP method ", request.method));
-  }
-  std::string what = absl::StrCat(request.method, " ", request.base, request.target);
-
-  asio::io_context io{1};
-  beast::error_code ec;
-  tcp::resolver resolver(io);
-  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) {
-    return absl::UnavailableError(
-        absl::StrCat(what, ": cannot resolve ", host, ": ", ec.message()));
-  }
-
-  http::request<http::string_body> message{verb, request.target, 11};
-  message.set(http::field::host, std::string(rest));
-  message.set(http::field::connection, "close");
-  for (const auto& [name, value] : request.headers) message.set(name, value);
-  if (verb != http::verb::get) {
-    message.set(http::field::content_type, request.content_type);
-    message.body() = request.body;
-    message.prepare_payload();
-  }
-
+// Connects, sends `message` and reads the final reply into `parser`; the failure, if any.
+template <class Body>
+absl::Status Exchange(asio::io_context& io, const tcp::resolver::results_type& endpoints,
+                      http::request<Body>& message, const HttpRequest& request,
+                      const std::string& what,
+                      std::optional<http::response_parser<http::string_body>>& parser) {
   beast::tcp_stream stream(io);
   beast::flat_buffer buffer;
-  std::optional<http::response_parser<http::string_body>> parser;
   parser.emplace();
   parser->body_limit(kMaxReplyBytes);
   beast::error_code failure;
@@ -119,6 +78,79 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
   if (failure) {
     return absl::UnavailableError(absl::StrCat(what, ": ", stage, ": ", Describe(failure)));
   }
+  return absl::OkStatus();
+}
+
+template <class Body>
+void PrepareHeaders(http::request<Body>& message, const HttpRequest& request,
+                    absl::string_view host_port) {
+  message.set(http::field::host, std::string(host_port));
+  message.set(http::field::connection, "close");
+  for (const auto& [name, value] : request.headers) message.set(name, value);
+  if (message.method() != http::verb::get) {
+    message.set(http::field::content_type, request.content_type);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
+  absl::string_view rest = request.base;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
+  }
+  while (absl::ConsumeSuffix(&rest, "/")) {
+  }
+  size_t colon = rest.rfind(':');
+  uint32_t port = 0;
+  if (colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port == 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an http://HOST:PORT address: '", request.base, "'"));
+  }
+  std::string host(rest.substr(0, colon));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  http::verb verb = http::string_to_verb(request.method);
+  if (verb == http::verb::unknown) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown HTTP method ", request.method));
+  }
+  std::string what = absl::StrCat(request.method, " ", request.base, request.target);
+
+  asio::io_context io{1};
+  beast::error_code ec;
+  tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": cannot resolve ", host, ": ", ec.message()));
+  }
+
+  std::optional<http::response_parser<http::string_body>> parser;
+  absl::Status exchanged;
+  if (!request.body_file.empty() && verb != http::verb::get) {
+    // Streamed from the file, so that a large upload is never held in memory.
+    http::request<http::file_body> message{verb, request.target, 11};
+    PrepareHeaders(message, request, rest);
+    message.body().open(request.body_file.c_str(), beast::file_mode::scan, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": cannot read ", request.body_file, ": ", ec.message()));
+    }
+    message.prepare_payload();
+    exchanged = Exchange(io, endpoints, message, request, what, parser);
+  } else {
+    http::request<http::string_body> message{verb, request.target, 11};
+    PrepareHeaders(message, request, rest);
+    if (verb != http::verb::get) {
+      message.body() = request.body;
+      message.prepare_payload();
+    }
+    exchanged = Exchange(io, endpoints, message, request, what, parser);
+  }
+  if (!exchanged.ok()) return exchanged;
   HttpReply reply;
   reply.status = static_cast<int>(parser->get().result_int());
   reply.body = std::move(parser->get().body());

@@ -1,6 +1,8 @@
 #include "backends/yarn/webhdfs.h"
 
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -8,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "common/files.h"
 #include "common/http_client.h"
 #include "nlohmann/json.hpp"
 
@@ -30,13 +31,14 @@ std::string Escape(const std::string& text) {
 }
 
 absl::StatusOr<common::HttpReply> Send(const std::string& method, const std::string& base,
-                                       const std::string& target, std::string body = "",
+                                       const std::string& target,
+                                       const std::string& body_file = "",
                                        Ms timeout = Ms(30000)) {
   common::HttpRequest request;
   request.method = method;
   request.base = base;
   request.target = target;
-  request.body = std::move(body);
+  request.body_file = body_file;
   request.content_type = "application/octet-stream";
   request.headers = {{"Accept", "application/json"}};
   request.timeout = timeout;
@@ -80,8 +82,12 @@ absl::Status WebHdfs::MakeDirs(const std::string& path) const {
 }
 
 absl::Status WebHdfs::Upload(const std::string& local, const std::string& path) const {
-  auto contents = ReadFile(local);
-  if (!contents.ok()) return contents.status();
+  std::error_code size_error;
+  uint64_t size = std::filesystem::file_size(local, size_error);
+  if (size_error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", local, ": ", size_error.message()));
+  }
   // The NameNode names the DataNode to write to; noredirect=true has it say so in the body
   // rather than in a 307, so that the file is sent once, to the DataNode.
   auto where = Send("PUT", webhdfs_,
@@ -102,8 +108,8 @@ absl::Status WebHdfs::Upload(const std::string& local, const std::string& path) 
   std::string base = absl::StrCat("http://", rest.substr(0, slash));
   std::string target(rest.substr(slash));
   // A generous bound: the agent binary is tens of MB, and a DataNode writes it at disk speed.
-  Ms timeout = Ms(60000 + static_cast<int64_t>(contents->size() >> 20) * 1000);
-  auto written = Send("PUT", base, target, *std::move(contents), timeout);
+  Ms timeout = Ms(60000 + static_cast<int64_t>(size >> 20) * 1000);
+  auto written = Send("PUT", base, target, local, timeout);
   if (!written.ok()) return written.status();
   if (written->status != 201 && written->status != 200) {
     return Refused("WebHDFS CREATE " + path + " (DataNode)", *written);
