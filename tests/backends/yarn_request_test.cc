@@ -177,8 +177,8 @@ TEST(YarnRequestTest, DefaultClasspathIsYarnsApplicationClasspath) {
 }
 
 TEST(YarnRequestTest, ClusterClasspathSettingBecomesAClasspath) {
-  EXPECT_EQ(YarnClasspathFromConfig("$HADOOP_CONF_DIR,\n  $HADOOP_COMMON_HOME/share/hadoop/common/*, ,"
-                                    "/opt/lib/*"),
+  EXPECT_EQ(YarnClasspathFromConfig(
+                "$HADOOP_CONF_DIR,\n  $HADOOP_COMMON_HOME/share/hadoop/common/*, ,/opt/lib/*"),
             "$HADOOP_CONF_DIR:$HADOOP_COMMON_HOME/share/hadoop/common/*:/opt/lib/*");
   EXPECT_EQ(YarnClasspathFromConfig(" "), "");
 }

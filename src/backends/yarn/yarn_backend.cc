@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "backends/yarn/webhdfs.h"
 #include "common/files.h"
 #include "common/http_client.h"
-#include "backends/yarn/webhdfs.h"
 #include "common/local_address.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -126,12 +126,13 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
       p.node_label = options_.request.node_label;
       // The token is not here: the AM's command line is stored by the ResourceManager and
       // shown by its REST API. The AM receives it over its own API and hands it to the
-      // NodeManagers only, in each agent's environment.
-      // The `shoal` binary this master runs, localized by the NodeManager into the container's
-      // working directory: nothing needs installing on the cluster's nodes.
+      // NodeManagers only, in each agent's environment. The binary is this master's, staged
+      // on HDFS and localized by the NodeManager into the container's working directory:
+      // nothing needs installing on the cluster's nodes.
       p.command = YarnShellCommand(
-          {absl::StrCat("{{PWD}}/", kShoalBinaryName), "agent", "--master", options.master_address, "--node", p.name,
-           "--work-dir", "{{PWD}}/shoal-agent", "--ports", std::to_string(ports),
+          {absl::StrCat("{{PWD}}/", kShoalBinaryName), "agent", "--master",
+           options.master_address, "--node", p.name, "--work-dir", "{{PWD}}/shoal-agent",
+           "--ports", std::to_string(ports),
            "--master-grace-ms", std::to_string(options.master_grace_ms),
            "--heartbeat-interval-ms", std::to_string(options.heartbeat_interval_ms),
            "--watchdog-ms", std::to_string(WatchdogMs(options))});
@@ -162,7 +163,9 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
         staging_dir_, " (WebHDFS ", options_.webhdfs, "): ", staged.status().message()));
   }
   std::vector<YarnLocalResource> am_resources, agent_resources;
-  for (const auto& r : *staged) (r.name == kAmJarName ? am_resources : agent_resources).push_back(r);
+  for (const auto& r : *staged) {
+    (r.name == kAmJarName ? am_resources : agent_resources).push_back(r);
+  }
   std::string config =
       YarnAmConfigJson(am_places, static_cast<uint64_t>(options_.am_idle_timeout.count()),
                        agent_resources, staging_dir_);

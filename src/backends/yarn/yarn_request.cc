@@ -104,7 +104,8 @@ std::string YarnAmConfigJson(const std::vector<YarnAmPlace>& places, uint64_t id
 }
 
 std::string YarnSubmissionJson(const YarnSubmission& s) {
-  nlohmann::json environment = nlohmann::json::array({{{"key", "SHOAL_AM_KEY"}, {"value", s.am_key}}});
+  nlohmann::json environment =
+      nlohmann::json::array({{{"key", "SHOAL_AM_KEY"}, {"value", s.am_key}}});
   if (!s.am_classpath.empty()) {
     environment.push_back({{"key", "CLASSPATH"}, {"value", s.am_classpath}});
   }

@@ -51,8 +51,8 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
  * <p>Argument: the base64 of a JSON object {places: [{name, memory_mb, vcores, gpus, node_label,
  * command}], idle_timeout_ms, agent_resources: [{name, url, size, timestamp}], staging_dir}: the
  * files every agent container gets from HDFS (the shoal binary), and the HDFS directory they were
- * staged in, removed when the application ends. Environment: SHOAL_AM_KEY, the bearer key every HTTP request must
- * carry. The agents' token is not among them (the ResourceManager stores both): the backend posts
+ * staged in, removed when the application ends. Environment: SHOAL_AM_KEY, the bearer key every
+ * HTTP request must carry; CLASSPATH, this jar (localized) and the cluster's Hadoop. The agents' token is not among them (the ResourceManager stores both): the backend posts
  * it to /launch and the AM passes it to the NodeManagers only, in each agent's environment.
  *
  * <p>Threads: AMRMClientAsync and NMClientAsync call back on their own threads, the HTTP server
