@@ -134,9 +134,9 @@ def main():
         c.emit(result)
         return 1
     rm = cluster["SHOAL_YARN_RM_WEB"]
-    lib = REPO / "tests" / "yarn" / "minicluster" / "target" / "lib"
-    env = {**os.environ, "SHOAL_YARN_RM_WEB": rm,
-           "SHOAL_YARN_AM_CLASSPATH": f"{cluster['HADOOP_CONF_DIR']}:{lib}/*"}
+    # What `cluster.sh env` exports: the ResourceManager, HDFS and WebHDFS (where shoal stages
+    # the AM jar and its binary; the AM's Hadoop classpath comes from the cluster).
+    env = {**os.environ, **cluster}
     met = True
     with c.temp_dir("shoal-bench-yarn-") as work:
         for n in ns:

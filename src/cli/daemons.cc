@@ -140,9 +140,15 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     yarn.request.node_label = flags.value("node_label", spec->yarn.node_label);
     yarn.am_jar = flags.value("am_jar", "");
     yarn.am_classpath = flags.value("am_classpath", "");
+    yarn.am_classpath_source = flags.value("am_classpath_source", "submit.json");
+    yarn.hdfs = flags.value("hdfs", "");
+    yarn.webhdfs = flags.value("webhdfs", "");
+    yarn.hdfs_user = flags.value("hdfs_user", "");
     yarn.state_dir = job_dir + "/agents/yarn";
-    if (yarn.rm_web.empty() || yarn.am_jar.empty()) {
-      spdlog::error("{}/submit.json lacks yarn.rm_web or yarn.am_jar", job_dir);
+    if (yarn.rm_web.empty() || yarn.am_jar.empty() || yarn.hdfs.empty() || yarn.webhdfs.empty() ||
+        yarn.hdfs_user.empty()) {
+      spdlog::error("{}/submit.json lacks one of yarn.rm_web, am_jar, hdfs, webhdfs, hdfs_user",
+                    job_dir);
       return 2;
     }
     if (listen_host.empty()) {

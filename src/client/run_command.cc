@@ -1,5 +1,6 @@
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +27,7 @@
 #include "agent/free_ports.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
+#include "backends/yarn/webhdfs.h"
 #include "backends/yarn/yarn_backend.h"
 #include "common/byte_size.h"
 #include "client/commands.h"
@@ -391,15 +394,79 @@ int RunJob(const RunOptions& options) {
       }
       listen_host = *address;
     }
-    const char* classpath = std::getenv("SHOAL_YARN_AM_CLASSPATH");
-    const char* conf_dir = std::getenv("HADOOP_CONF_DIR");
+    // What the cluster says of itself (its ResourceManager's configuration): where Hadoop is
+    // on the NodeManagers, and its file system. An environment variable overrides each.
+    auto cluster_conf = backends::YarnBackend::ClusterConfiguration(*rm_web);
+    auto cluster_setting = [&](const std::string& key) -> std::string {
+      if (!cluster_conf.ok()) return "";
+      auto it = cluster_conf->find(key);
+      return it == cluster_conf->end() ? "" : it->second;
+    };
+    auto env_or = [](const char* name, std::string fallback) {
+      const char* value = std::getenv(name);
+      return value != nullptr && *value != '\0' ? std::string(value) : fallback;
+    };
+    std::string classpath, classpath_source;
+    if (const char* env = std::getenv("SHOAL_YARN_AM_CLASSPATH"); env != nullptr && *env != '\0') {
+      classpath = env;
+      classpath_source = "SHOAL_YARN_AM_CLASSPATH";
+    } else if (std::string cluster = backends::YarnClasspathFromConfig(
+                   cluster_setting("yarn.application.classpath"));
+               !cluster.empty()) {
+      classpath = cluster;
+      classpath_source = "the cluster's yarn.application.classpath";
+    } else {
+      classpath = backends::DefaultYarnAmClasspath();
+      classpath_source = "YARN's default application classpath";
+    }
+    // The containers get the AM jar and this binary from HDFS (YARN local resources).
+    std::string hdfs = env_or("SHOAL_HDFS", cluster_setting("fs.defaultFS"));
+    while (absl::StartsWith(hdfs, "hdfs://") && absl::EndsWith(hdfs, "/")) hdfs.pop_back();
+    std::string webhdfs_setting = env_or("SHOAL_WEBHDFS", "");
+    if (webhdfs_setting.empty()) {
+      // dfs.namenode.http-address, where the ResourceManager's configuration has it with a
+      // real host; else the NameNode's host on the default port.
+      std::string http = cluster_setting("dfs.namenode.http-address");
+      if (!http.empty() && !absl::StartsWith(http, "0.0.0.0:") && !absl::EndsWith(http, ":0")) {
+        webhdfs_setting = "http://" + http;
+      }
+    }
+    auto webhdfs = backends::WebHdfsAddress(hdfs, webhdfs_setting);
+    if (!webhdfs.ok()) {
+      std::cerr << "shoal: --backend yarn: the containers get the application master's jar and "
+                   "the shoal binary from HDFS, but "
+                << (hdfs.empty() ? std::string("the cluster names no file system")
+                                 : "the cluster's file system is '" + hdfs + "'")
+                << (cluster_conf.ok() ? std::string()
+                                      : absl::StrCat(" (its ResourceManager's /conf: ",
+                                                     cluster_conf.status().message(), ")"))
+                << "; name its HDFS with SHOAL_HDFS=hdfs://NAMENODE:PORT\n";
+      return kExitUsage;
+    }
+    auto checked_webhdfs = backends::NormalizeRmWebAddress(*webhdfs);
+    std::string hdfs_user = env_or("HADOOP_USER_NAME", "");
+    if (hdfs_user.empty()) {
+      const passwd* pw = ::getpwuid(::geteuid());
+      hdfs_user = pw != nullptr ? pw->pw_name : "shoal";
+    }
+    absl::Status webhdfs_ok =
+        checked_webhdfs.ok() ? backends::WebHdfs(*checked_webhdfs, hdfs_user).Check()
+                             : absl::InvalidArgumentError("it must be http://HOST:PORT");
+    if (!webhdfs_ok.ok()) {
+      std::cerr << "shoal: --backend yarn: the NameNode's WebHDFS at '" << *webhdfs
+                << "' (for " << hdfs << ") does not answer: " << webhdfs_ok.message()
+                << "; give its HTTP address with SHOAL_WEBHDFS=http://NAMENODE:PORT\n";
+      return kExitUsage;
+    }
     yarn = {{"rm_web", *rm_web},
             {"queue", request.queue},
             {"node_label", request.node_label},
             {"am_jar", std::filesystem::absolute(am_jar).string()},
-            {"am_classpath", classpath && *classpath
-                                 ? std::string(classpath)
-                                 : backends::DefaultYarnAmClasspath(conf_dir ? conf_dir : "")}};
+            {"am_classpath", classpath},
+            {"am_classpath_source", classpath_source},
+            {"hdfs", hdfs},
+            {"webhdfs", *checked_webhdfs},
+            {"hdfs_user", hdfs_user}};
   } else {
     std::cerr << "shoal: unknown backend '" << options.backend << "'; use local, slurm or yarn\n";
     return kExitUsage;

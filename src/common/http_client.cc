@@ -1,5 +1,6 @@
 #include "common/http_client.h"
 
+#include <functional>
 #include <optional>
 
 #include <boost/asio/connect.hpp>
@@ -28,6 +29,67 @@ constexpr uint64_t kMaxReplyBytes = 64ull << 20;
 std::string Describe(beast::error_code ec) {
   if (ec == beast::error::timeout) return "timed out";
   return ec.message();
+}
+
+// Connects, sends `message` and reads the final reply into `parser`; the failure, if any.
+template <class Body>
+absl::Status Exchange(asio::io_context& io, const tcp::resolver::results_type& endpoints,
+                      http::request<Body>& message, const HttpRequest& request,
+                      const std::string& what,
+                      std::optional<http::response_parser<http::string_body>>& parser) {
+  beast::tcp_stream stream(io);
+  beast::flat_buffer buffer;
+  parser.emplace();
+  parser->body_limit(kMaxReplyBytes);
+  beast::error_code failure;
+  // Interim replies (1xx: a DataNode answers "100 Continue" to a PUT unasked) are skipped: the
+  // reply is the final one that follows.
+  std::function<void(beast::error_code, size_t)> on_read = [&](beast::error_code read_ec,
+                                                               size_t) {
+    if (!read_ec && parser->get().result_int() >= 100 && parser->get().result_int() < 200) {
+      parser.emplace();
+      parser->body_limit(kMaxReplyBytes);
+      http::async_read(stream, buffer, *parser, on_read);
+      return;
+    }
+    failure = read_ec;
+  };
+  std::string stage = "connect";
+  stream.expires_after(request.connect_timeout);
+  stream.async_connect(endpoints, [&](beast::error_code connect_ec, const tcp::endpoint&) {
+    if (connect_ec) {
+      failure = connect_ec;
+      return;
+    }
+    stage = "send";
+    stream.expires_after(request.timeout);
+    http::async_write(stream, message, [&](beast::error_code write_ec, size_t) {
+      if (write_ec) {
+        failure = write_ec;
+        return;
+      }
+      stage = "read the reply";
+      http::async_read(stream, buffer, *parser, on_read);
+    });
+  });
+  io.run();
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  if (failure) {
+    return absl::UnavailableError(absl::StrCat(what, ": ", stage, ": ", Describe(failure)));
+  }
+  return absl::OkStatus();
+}
+
+template <class Body>
+void PrepareHeaders(http::request<Body>& message, const HttpRequest& request,
+                    absl::string_view host_port) {
+  message.set(http::field::host, std::string(host_port));
+  message.set(http::field::connection, "close");
+  for (const auto& [name, value] : request.headers) message.set(name, value);
+  if (message.method() != http::verb::get) {
+    message.set(http::field::content_type, request.content_type);
+  }
 }
 
 }  // namespace
@@ -66,50 +128,32 @@ absl::StatusOr<HttpReply> SendHttp(const HttpRequest& request) {
         absl::StrCat(what, ": cannot resolve ", host, ": ", ec.message()));
   }
 
-  http::request<http::string_body> message{verb, request.target, 11};
-  message.set(http::field::host, std::string(rest));
-  message.set(http::field::connection, "close");
-  for (const auto& [name, value] : request.headers) message.set(name, value);
-  if (verb != http::verb::get) {
-    message.set(http::field::content_type, request.content_type);
-    message.body() = request.body;
-    message.prepare_payload();
-  }
-
-  beast::tcp_stream stream(io);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kMaxReplyBytes);
-  beast::error_code failure;
-  std::string stage = "connect";
-  stream.expires_after(request.connect_timeout);
-  stream.async_connect(endpoints, [&](beast::error_code connect_ec, const tcp::endpoint&) {
-    if (connect_ec) {
-      failure = connect_ec;
-      return;
+  std::optional<http::response_parser<http::string_body>> parser;
+  absl::Status exchanged;
+  if (!request.body_file.empty() && verb != http::verb::get) {
+    // Streamed from the file, so that a large upload is never held in memory.
+    http::request<http::file_body> message{verb, request.target, 11};
+    PrepareHeaders(message, request, rest);
+    message.body().open(request.body_file.c_str(), beast::file_mode::scan, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": cannot read ", request.body_file, ": ", ec.message()));
     }
-    stage = "send";
-    stream.expires_after(request.timeout);
-    http::async_write(stream, message, [&](beast::error_code write_ec, size_t) {
-      if (write_ec) {
-        failure = write_ec;
-        return;
-      }
-      stage = "read the reply";
-      http::async_read(stream, buffer, parser, [&](beast::error_code read_ec, size_t) {
-        failure = read_ec;
-      });
-    });
-  });
-  io.run();
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  if (failure) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", stage, ": ", Describe(failure)));
+    message.prepare_payload();
+    exchanged = Exchange(io, endpoints, message, request, what, parser);
+  } else {
+    http::request<http::string_body> message{verb, request.target, 11};
+    PrepareHeaders(message, request, rest);
+    if (verb != http::verb::get) {
+      message.body() = request.body;
+      message.prepare_payload();
+    }
+    exchanged = Exchange(io, endpoints, message, request, what, parser);
   }
+  if (!exchanged.ok()) return exchanged;
   HttpReply reply;
-  reply.status = static_cast<int>(parser.get().result_int());
-  reply.body = std::move(parser.get().body());
+  reply.status = static_cast<int>(parser->get().result_int());
+  reply.body = std::move(parser->get().body());
   return reply;
 }
 

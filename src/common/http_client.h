@@ -19,6 +19,9 @@ struct HttpRequest {
   std::string base;            // http://HOST:PORT
   std::string target;          // /path?query
   std::string body;            // sent with Content-Length when the method is not GET
+  // When set (and the method is not GET), the body is this file's contents instead, streamed
+  // from disk rather than held in memory (uploads of large files).
+  std::string body_file;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
   std::chrono::milliseconds connect_timeout{5000};

@@ -181,6 +181,10 @@ Flavour YarnFlavour() {
             // The mini-cluster's Hadoop is its jar's lib/, not an installation.
             o.am_classpath = YarnEnv("HADOOP_CONF_DIR") + ":" + SHOAL_SOURCE_DIR +
                              "/tests/yarn/minicluster/target/lib/*";
+            // The AM jar and the agent binary reach the containers through the cluster's HDFS.
+            o.hdfs = YarnEnv("SHOAL_HDFS");
+            o.webhdfs = YarnEnv("SHOAL_WEBHDFS");
+            o.hdfs_user = "shoal";
             o.state_dir = dir + "/yarn";
             return std::make_unique<YarnBackend>(o);
           },

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <string>
 
+#include "backends/yarn/webhdfs.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {
@@ -99,6 +100,29 @@ TEST(YarnRequestTest, SubmissionCarriesTheAmKeyButNoAgentToken) {
   EXPECT_EQ(body["resource"]["memory"], 256);
 }
 
+TEST(YarnRequestTest, SubmissionShipsTheAmJarAsALocalResourceAndSetsItsClasspath) {
+  YarnSubmission s;
+  s.application_id = "application_1_0001";
+  s.am_command = "java shoal.yarn.ShoalAppMaster e30=";
+  s.am_key = "k";
+  s.am_classpath = "{{PWD}}/shoal-yarn-am.jar:$HADOOP_CONF_DIR";
+  s.local_resources = {{"shoal-yarn-am.jar", "hdfs://nn:8020/user/u/.shoal/staging/a/am.jar",
+                        12345, 1700000000123}};
+  auto spec = nlohmann::json::parse(YarnSubmissionJson(s))["am-container-spec"];
+  auto env = spec["environment"]["entry"];
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[1]["key"], "CLASSPATH");
+  EXPECT_EQ(env[1]["value"], s.am_classpath);
+  auto resources = spec["local-resources"]["entry"];
+  ASSERT_EQ(resources.size(), 1u);
+  EXPECT_EQ(resources[0]["key"], "shoal-yarn-am.jar");
+  EXPECT_EQ(resources[0]["value"]["resource"], "hdfs://nn:8020/user/u/.shoal/staging/a/am.jar");
+  EXPECT_EQ(resources[0]["value"]["type"], "FILE");
+  EXPECT_EQ(resources[0]["value"]["visibility"], "APPLICATION");
+  EXPECT_EQ(resources[0]["value"]["size"], 12345);
+  EXPECT_EQ(resources[0]["value"]["timestamp"], 1700000000123);
+}
+
 TEST(YarnRequestTest, AmConfigListsEveryPlace) {
   YarnAmPlace p;
   p.name = "worker.0";
@@ -114,6 +138,28 @@ TEST(YarnRequestTest, AmConfigListsEveryPlace) {
   EXPECT_EQ(config["places"][0]["gpus"], 1);
 }
 
+TEST(YarnRequestTest, AmConfigCarriesTheAgentsFilesAndTheStagingDir) {
+  auto config = nlohmann::json::parse(
+      YarnAmConfigJson({}, 60000, {{"shoal", "hdfs://nn:8020/s/shoal", 7, 8}}, "/s"));
+  EXPECT_EQ(config["staging_dir"], "/s");
+  ASSERT_EQ(config["agent_resources"].size(), 1u);
+  EXPECT_EQ(config["agent_resources"][0]["name"], "shoal");
+  EXPECT_EQ(config["agent_resources"][0]["url"], "hdfs://nn:8020/s/shoal");
+  EXPECT_EQ(config["agent_resources"][0]["size"], 7);
+  EXPECT_EQ(config["agent_resources"][0]["timestamp"], 8);
+}
+
+TEST(YarnRequestTest, WebHdfsIsTheNameNodesHostOnItsHttpPortUnlessGiven) {
+  EXPECT_EQ(WebHdfsAddress("hdfs://nn.example:8020", "").value(), "http://nn.example:9870");
+  EXPECT_EQ(WebHdfsAddress("hdfs://nameservice1/", "").value(), "http://nameservice1:9870");
+  EXPECT_EQ(WebHdfsAddress("hdfs://nn:8020", "http://nn:50070").value(), "http://nn:50070");
+  for (const char* bad : {"file:///", "", "hdfs://", "s3a://bucket"}) {
+    auto got = WebHdfsAddress(bad, "");
+    EXPECT_FALSE(got.ok()) << bad;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr("hdfs://HOST:PORT")) << bad;
+  }
+}
+
 TEST(YarnRequestTest, RmWebAddressMustBeHttpHostPort) {
   EXPECT_EQ(NormalizeRmWebAddress("http://rm:8088/").value(), "http://rm:8088");
   for (const char* bad : {"rm:8088", "http://rm", "http://rm:0", "https://rm:8088",
@@ -125,10 +171,34 @@ TEST(YarnRequestTest, RmWebAddressMustBeHttpHostPort) {
 }
 
 TEST(YarnRequestTest, DefaultClasspathIsYarnsApplicationClasspath) {
-  std::string cp = DefaultYarnAmClasspath("/etc/hadoop");
-  EXPECT_THAT(cp, ::testing::StartsWith("/etc/hadoop:"));
+  std::string cp = DefaultYarnAmClasspath();
+  EXPECT_THAT(cp, ::testing::StartsWith("{{HADOOP_CONF_DIR}}:"));
   EXPECT_THAT(cp, HasSubstr("{{HADOOP_YARN_HOME}}/share/hadoop/yarn/*"));
-  EXPECT_THAT(DefaultYarnAmClasspath(""), ::testing::StartsWith("{{HADOOP_CONF_DIR}}:"));
+}
+
+TEST(YarnRequestTest, ClusterClasspathSettingBecomesAClasspath) {
+  EXPECT_EQ(YarnClasspathFromConfig(
+                "$HADOOP_CONF_DIR,\n  $HADOOP_COMMON_HOME/share/hadoop/common/*, ,/opt/lib/*"),
+            "$HADOOP_CONF_DIR:$HADOOP_COMMON_HOME/share/hadoop/common/*:/opt/lib/*");
+  EXPECT_EQ(YarnClasspathFromConfig(" "), "");
+}
+
+TEST(YarnRequestTest, AmClassLoadingFailuresAreRecognised) {
+  EXPECT_EQ(AmMissingClass("Exception in thread \"main\" java.lang.NoClassDefFoundError: "
+                           "org/apache/hadoop/yarn/client/api/async/"
+                           "NMClientAsync$AbstractCallbackHandler\n\tat java.base/...")
+                .value_or(""),
+            "org.apache.hadoop.yarn.client.api.async.NMClientAsync$AbstractCallbackHandler");
+  EXPECT_EQ(AmMissingClass("Caused by: java.lang.ClassNotFoundException: a.B\n").value_or(""),
+            "a.B");
+  EXPECT_EQ(AmMissingClass("Error: Could not find or load main class shoal.yarn.ShoalAppMaster")
+                .value_or(""),
+            "shoal.yarn.ShoalAppMaster");
+  EXPECT_FALSE(AmMissingClass("Container killed on request. Exit code is 143").has_value());
+  std::string message = AmClasspathFailureMessage("a.B", "/x/*", "SHOAL_YARN_AM_CLASSPATH");
+  EXPECT_THAT(message, HasSubstr("found no class a.B"));
+  EXPECT_THAT(message, HasSubstr("/x/* (from SHOAL_YARN_AM_CLASSPATH)"));
+  EXPECT_THAT(message, HasSubstr("yarn.application.classpath"));
 }
 
 }  // namespace

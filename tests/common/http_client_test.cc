@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -81,6 +82,62 @@ TEST(HttpClientTest, SendsTheRequestAndReturnsAReplyOfAnyStatus) {
   EXPECT_NE(seen.find("Content-Type: application/json\r\n"), std::string::npos) << seen;
   EXPECT_NE(seen.find("Content-Length: 18\r\n"), std::string::npos) << seen;
   EXPECT_EQ(seen.substr(seen.size() - 18), R"({"state":"KILLED"})");
+}
+
+TEST(HttpClientTest, AnInterimContinueIsSkippedForTheFinalReply) {
+  // What a DataNode does with a WebHDFS PUT: "100 Continue" unasked, then its answer.
+  Listener server;
+  std::thread peer([&] {
+    int conn = ::accept(server.fd, nullptr, nullptr);
+    ReadRequest(conn);
+    std::string reply =
+        "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n";
+    ASSERT_EQ(::write(conn, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+    ::close(conn);
+  });
+  HttpRequest request;
+  request.method = "PUT";
+  request.base = server.base();
+  request.target = "/webhdfs/v1/f?op=CREATE";
+  request.body = "bytes";
+  auto reply = SendHttp(request);
+  peer.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 201);
+}
+
+TEST(HttpClientTest, ABodyFileIsSentAsTheBody) {
+  std::string path = ::testing::TempDir() + "/http_client_body";
+  std::string contents(300000, 'x');
+  contents += "end";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(contents.data(), 1, contents.size(), f), contents.size());
+  std::fclose(f);
+  Listener server;
+  std::string seen;
+  std::thread peer([&] {
+    int conn = ::accept(server.fd, nullptr, nullptr);
+    seen = ReadRequest(conn);
+    std::string reply = "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n";
+    ASSERT_EQ(::write(conn, reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+    ::close(conn);
+  });
+  HttpRequest request;
+  request.method = "PUT";
+  request.base = server.base();
+  request.target = "/f";
+  request.body_file = path;
+  auto reply = SendHttp(request);
+  peer.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(reply->status, 201);
+  EXPECT_NE(seen.find("Content-Length: 300003\r\n"), std::string::npos) << seen.substr(0, 300);
+  ASSERT_GE(seen.size(), contents.size());
+  EXPECT_EQ(seen.substr(seen.size() - contents.size()), contents);
+  request.body_file = path + ".missing";
+  EXPECT_EQ(SendHttp(request).status().code(), absl::StatusCode::kFailedPrecondition);
+  std::remove(path.c_str());
 }
 
 TEST(HttpClientTest, NothingListeningIsUnavailable) {

@@ -4,10 +4,12 @@ yarn_cluster fixture builds Shoal's application master, brings the cluster up be
 tests and down after them; by hand: src/backends/yarn/am/build.sh && tests/yarn/cluster.sh up.
 Every test talks to YARN only through what an operator has: the ResourceManager's REST API."""
 
+import getpass
 import http.client
 import json
 import os
 import re
+import shlex
 import subprocess
 import urllib.parse
 
@@ -27,12 +29,9 @@ def cluster():
 
 @pytest.fixture
 def yarn_env(cluster):
-    """What `shoal run --backend yarn` needs to find this cluster: its ResourceManager, and the
-    classpath its application master runs with (the mini-cluster's Hadoop is a folder of jars,
-    not an installation under HADOOP_COMMON_HOME)."""
-    lib = e2e.REPO_ROOT / "tests" / "yarn" / "minicluster" / "target" / "lib"
-    return {"SHOAL_YARN_RM_WEB": cluster["SHOAL_YARN_RM_WEB"],
-            "SHOAL_YARN_AM_CLASSPATH": f"{cluster['HADOOP_CONF_DIR']}:{lib}/*"}
+    """What `shoal run --backend yarn` is given: exactly what `cluster.sh env` exports (the
+    docs' `eval "$(tests/yarn/cluster.sh env)"`), nothing more."""
+    return dict(cluster)
 
 
 @pytest.fixture(autouse=True)
@@ -299,6 +298,10 @@ def test_bad_yarn_flags_are_refused_before_anything_starts(run_shoal, write_job,
         ([], {}, "needs the ResourceManager's web address"),
         ([], {**yarn_env, "SHOAL_YARN_AM_JAR": "/nonexistent/am.jar"},
          "no application master jar at /nonexistent/am.jar"),
+        ([], {**yarn_env, "SHOAL_HDFS": "file:///"},
+         "the cluster's file system is 'file:///'; name its HDFS with SHOAL_HDFS"),
+        ([], {**yarn_env, "SHOAL_WEBHDFS": "http://127.0.0.1:1"},
+         "the NameNode's WebHDFS at 'http://127.0.0.1:1'"),
     ]
     for flags, env, message in cases:
         r = run_shoal("run", "--backend", "yarn", *flags, job, timeout=60, env=env)
@@ -308,6 +311,142 @@ def test_bad_yarn_flags_are_refused_before_anything_starts(run_shoal, write_job,
     assert r.returncode == 2 and "need --backend yarn" in r.stderr, r.stderr
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
     assert not apps_named(cluster, "shoal-yarn-flags")
+
+
+def hdfs_user():
+    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+
+def staging_dir(app_id):
+    """Where `shoal run` stages the AM jar and the agent binary for `app_id` (docs)."""
+    return f"/user/{hdfs_user()}/.shoal/staging/{app_id}"
+
+
+def hdfs_status(cluster, path):
+    """WebHDFS GETFILESTATUS of `path`, or None when it does not exist."""
+    parts = urllib.parse.urlsplit(cluster["SHOAL_WEBHDFS"])
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn.request("GET", f"/webhdfs/v1{path}?op=GETFILESTATUS&user.name=shoal")
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    if response.status == 404:
+        return None
+    assert response.status == 200, data
+    return json.loads(data)["FileStatus"]
+
+
+def test_the_docs_run_a_job_with_only_what_cluster_sh_env_prints(cluster, tmp_path, write_job):
+    """docs/backends/yarn.md's "Trying it", literally, from a fresh shell: nothing but what
+    `tests/yarn/cluster.sh env` prints (no SHOAL_YARN_AM_CLASSPATH, no HADOOP_* of the runner)."""
+    job = write_job("""
+        name: yarn-docs
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "echo hello from $SHOAL_ROLE $SHOAL_INDEX"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    jobs = tmp_path / "jobs"
+    script = (f'eval "$({shlex.quote(str(e2e.YARN_CLUSTER_SH))} env)" && '
+              f'exec {shlex.quote(e2e.SHOAL_BIN)} --jobs-dir {shlex.quote(str(jobs))} '
+              f'run --backend yarn {shlex.quote(str(job))}')
+    fresh = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"),
+             "SHOAL_YARN_DIR": str(e2e.YARN_DIR)}
+    if "HADOOP_USER_NAME" in os.environ:
+        fresh["HADOOP_USER_NAME"] = os.environ["HADOOP_USER_NAME"]
+    r = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in fresh.items()), "bash", "-c",
+                        script], capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                       start_new_session=True)
+    assert r.returncode == 0, fail_message(r)
+    assert "NoClassDefFoundError" not in r.stderr, r.stderr
+    lines = set(r.stdout.splitlines())
+    assert {"worker:0 | hello from worker 0", "worker:1 | hello from worker 1"} <= lines, r.stdout
+    app = app_of(cluster, only_job_dir(jobs).name)
+    assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
+    # The staged files are gone with the application.
+    e2e.wait_until(lambda: hdfs_status(cluster, staging_dir(app["id"])) is None, 30,
+                   "the staging directory to be removed")
+
+
+def test_an_am_without_hadoop_on_its_classpath_is_reported_as_a_classpath_problem(
+        run_shoal, write_job, jobs_dir, cluster, yarn_env):
+    job = write_job("""
+        name: yarn-bad-classpath
+        roles:
+          worker: {command: ["true"], resources: {cpus: 1, memory: 128MiB}}
+        """)
+    bogus = "/nonexistent/hadoop/*"
+    r = run_shoal("run", "--backend", "yarn", job, timeout=120,
+                  env={**yarn_env, "SHOAL_YARN_AM_CLASSPATH": bogus})
+    assert r.returncode == 1, fail_message(r)
+    err = r.stderr
+    # What is wrong, with which setting, and how to fix it; not a Java stack trace.
+    assert "the YARN application master could not start: Java found no class org.apache.hadoop." \
+        in err, err
+    assert f"{bogus} (from SHOAL_YARN_AM_CLASSPATH)" in err, err
+    assert "yarn.application.classpath" in err, err
+    assert "\tat " not in err and "Exception in thread" not in err, err
+    app = app_of(cluster, only_job_dir(jobs_dir).name)
+    assert app["finalStatus"] == "FAILED", app
+    e2e.wait_until(lambda: hdfs_status(cluster, staging_dir(app["id"])) is None, 30,
+                   "the staging directory to be removed")
+
+
+def java_processes_with(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if text.encode() in argv:
+            found.append(int(pid))
+    return found
+
+
+def test_the_am_jar_and_the_agent_binary_reach_the_containers_from_hdfs(
+        run_shoal, detach_job, write_job, wait_for_state, jobs_dir, cluster, yarn_env):
+    job = write_job("""
+        name: yarn-localized
+        roles:
+          worker:
+            instances: 1
+            command: ["sleep", "300"]
+            resources: {cpus: 1, memory: 128MiB}
+        """)
+    job_id = detach_job(job, "--backend", "yarn", env=yarn_env)
+    wait_for_state(job_id, lambda s: s["state"] == "running", 90, "the job to run")
+    app = app_of(cluster, job_id)
+    staged = staging_dir(app["id"])
+    # Staged on HDFS, byte for byte the files of this machine.
+    jar = hdfs_status(cluster, f"{staged}/shoal-yarn-am.jar")
+    binary = hdfs_status(cluster, f"{staged}/shoal")
+    assert jar and jar["length"] == AM_JAR.stat().st_size, jar
+    assert binary and binary["length"] == os.path.getsize(e2e.SHOAL_BIN), binary
+    # The agent runs the NodeManager's localized copy, linked into its container's directory,
+    # not this checkout's build.
+    (agent,) = agent_processes(jobs_dir / job_id)
+    argv0 = open(f"/proc/{agent}/cmdline", "rb").read().split(b"\0")[0].decode()
+    container_dir = os.readlink(f"/proc/{agent}/cwd")
+    assert argv0 == f"{container_dir}/shoal", (argv0, container_dir)
+    exe = os.readlink(f"/proc/{agent}/exe")
+    assert exe != os.path.realpath(e2e.SHOAL_BIN) and "/filecache/" in exe, exe
+    # So does the AM: its jar is the localized one in its container's directory.
+    (am,) = java_processes_with("shoal.yarn.ShoalAppMaster")
+    environ = dict(kv.split(b"=", 1) for kv in
+                   open(f"/proc/{am}/environ", "rb").read().split(b"\0") if b"=" in kv)
+    classpath = environ[b"CLASSPATH"].decode().split(":")
+    am_dir = os.readlink(f"/proc/{am}/cwd")
+    assert classpath[0] == f"{am_dir}/shoal-yarn-am.jar", classpath
+    assert str(AM_JAR) not in classpath, classpath
+    assert "/filecache/" in os.path.realpath(classpath[0]), classpath
+    r = run_shoal("kill", job_id, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for_state(job_id, lambda s: s["state"] == "killed", 60, "the job to be killed")
+    # A killed AM cannot clean up: the master removes the staging directory.
+    e2e.wait_until(lambda: hdfs_status(cluster, staged) is None, 30,
+                   "the staging directory to be removed")
 
 
 def hdfs_listing(cluster, path):

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "backends/yarn/webhdfs.h"
 #include "common/files.h"
 #include "common/http_client.h"
 #include "common/local_address.h"
@@ -82,6 +83,10 @@ bool IsFinal(const std::string& state) {
   return state == "FINISHED" || state == "FAILED" || state == "KILLED";
 }
 
+// The names the staged files have in every container's working directory.
+constexpr char kAmJarName[] = "shoal-yarn-am.jar";
+constexpr char kShoalBinaryName[] = "shoal";
+
 std::string HostOf(const std::string& rm_web) {
   absl::string_view rest = rm_web;
   absl::ConsumePrefix(&rest, "http://");
@@ -121,10 +126,13 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
       p.node_label = options_.request.node_label;
       // The token is not here: the AM's command line is stored by the ResourceManager and
       // shown by its REST API. The AM receives it over its own API and hands it to the
-      // NodeManagers only, in each agent's environment.
+      // NodeManagers only, in each agent's environment. The binary is this master's, staged
+      // on HDFS and localized by the NodeManager into the container's working directory:
+      // nothing needs installing on the cluster's nodes.
       p.command = YarnShellCommand(
-          {options.shoal_binary, "agent", "--master", options.master_address, "--node", p.name,
-           "--work-dir", "{{PWD}}/shoal-agent", "--ports", std::to_string(ports),
+          {absl::StrCat("{{PWD}}/", kShoalBinaryName), "agent", "--master",
+           options.master_address, "--node", p.name, "--work-dir", "{{PWD}}/shoal-agent",
+           "--ports", std::to_string(ports),
            "--master-grace-ms", std::to_string(options.master_grace_ms),
            "--heartbeat-interval-ms", std::to_string(options.heartbeat_interval_ms),
            "--watchdog-ms", std::to_string(WatchdogMs(options))});
@@ -138,17 +146,6 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
       am_places.push_back(std::move(p));
     }
   }
-  std::string config = YarnAmConfigJson(
-      am_places, static_cast<uint64_t>(options_.am_idle_timeout.count()));
-  std::string classpath = options_.am_jar;
-  if (!options_.am_classpath.empty()) classpath += ":" + options_.am_classpath;
-  // Small and quick: the AM only shuttles messages (serial GC, C1 only, 128 MB of heap).
-  std::string am_command = absl::StrCat(
-      "exec ", YarnShellCommand({options_.am_java, "-Xmx128m", "-XX:+UseSerialGC",
-                        "-XX:TieredStopAtLevel=1", "-cp", classpath, "shoal.yarn.ShoalAppMaster",
-                        absl::Base64Escape(config)}),
-      " 1><LOG_DIR>/am.stdout 2><LOG_DIR>/am.stderr");
-
   auto created = HttpJson(options_.rm_web, "POST", "/ws/v1/cluster/apps/new-application");
   if (!created.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot create a YARN application at ",
@@ -157,6 +154,31 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
   }
   std::string app_id = created->value("application-id", "");
   if (app_id.empty()) return absl::InternalError("the ResourceManager gave no application-id");
+  staging_dir_ = absl::StrCat("/user/", options_.hdfs_user, "/.shoal/staging/", app_id);
+  auto staged = Stage(options.shoal_binary);
+  if (!staged.ok()) {
+    RemoveStagingDir();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot stage the application master's jar and the shoal binary in ", options_.hdfs,
+        staging_dir_, " (WebHDFS ", options_.webhdfs, "): ", staged.status().message()));
+  }
+  std::vector<YarnLocalResource> am_resources, agent_resources;
+  for (const auto& r : *staged) {
+    (r.name == kAmJarName ? am_resources : agent_resources).push_back(r);
+  }
+  std::string config =
+      YarnAmConfigJson(am_places, static_cast<uint64_t>(options_.am_idle_timeout.count()),
+                       agent_resources, staging_dir_);
+  // Small and quick: the AM only shuttles messages (serial GC, C1 only, 128 MB of heap). Its
+  // classpath is CLASSPATH in its environment, where the NodeManager's launch script expands
+  // the cluster's $VARs (yarn.application.classpath is written with them).
+  std::string am_command = absl::StrCat(
+      "exec ", YarnShellCommand({options_.am_java, "-Xmx128m", "-XX:+UseSerialGC",
+                        "-XX:TieredStopAtLevel=1", "shoal.yarn.ShoalAppMaster",
+                        absl::Base64Escape(config)}),
+      " 1><LOG_DIR>/am.stdout 2><LOG_DIR>/am.stderr");
+  std::string classpath = absl::StrCat("{{PWD}}/", kAmJarName);
+  if (!options_.am_classpath.empty()) classpath += ":" + options_.am_classpath;
   am_key_ = RandomKey();
   token_ = options.token;
   YarnSubmission submission;
@@ -167,10 +189,16 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
   submission.am_command = am_command;
   submission.am_key = am_key_;
   submission.am_memory_mb = options_.am_memory_mb;
+  submission.am_classpath = classpath;
+  submission.local_resources = am_resources;
   auto submitted = Http(options_.rm_web, "POST", "/ws/v1/cluster/apps",
                         YarnSubmissionJson(submission));
-  if (!submitted.ok()) return submitted.status();
+  if (!submitted.ok()) {
+    RemoveStagingDir();
+    return submitted.status();
+  }
   if (submitted->status != 202 && submitted->status != 200) {
+    RemoveStagingDir();
     auto json = nlohmann::json::parse(submitted->body, nullptr, false);
     std::string message = submitted->body;
     if (json.is_object() && json.contains("RemoteException")) {
@@ -186,13 +214,46 @@ absl::Status YarnBackend::StartAgents(const AgentStartOptions& options) {
     if (auto st = MakeDirs(options_.state_dir); st.ok()) {
       nlohmann::json record = {{"application_id", app_id_},
                                {"application_name", ApplicationName()},
-                               {"resourcemanager", options_.rm_web}};
+                               {"resourcemanager", options_.rm_web},
+                               {"staging_dir", options_.hdfs + staging_dir_}};
       (void)ReplaceFile(options_.state_dir + "/application.json", record.dump(2));
     }
   }
   last_rm_poll_ = std::chrono::steady_clock::time_point{};
   watcher_ = std::thread([this] { Watch(); });
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<YarnLocalResource>> YarnBackend::Stage(
+    const std::string& shoal_binary) {
+  WebHdfs hdfs(options_.webhdfs, options_.hdfs_user);
+  if (auto st = hdfs.MakeDirs(staging_dir_); !st.ok()) return st;
+  std::vector<YarnLocalResource> resources;
+  for (const auto& [name, local] :
+       {std::pair<std::string, std::string>{kAmJarName, options_.am_jar},
+        std::pair<std::string, std::string>{kShoalBinaryName, shoal_binary}}) {
+    std::string path = absl::StrCat(staging_dir_, "/", name);
+    if (auto st = hdfs.Upload(local, path); !st.ok()) return st;
+    auto status = hdfs.Status(path);
+    if (!status.ok()) return status.status();
+    resources.push_back({name, options_.hdfs + path, status->length,
+                         status->modification_time_ms});
+  }
+  spdlog::info("staged {} and {} in {}{}", options_.am_jar, shoal_binary, options_.hdfs,
+               staging_dir_);
+  return resources;
+}
+
+void YarnBackend::RemoveStagingDir() {
+  if (staging_dir_.empty()) return;
+  // The AM removes it too when it ends; this covers an AM that was killed or never ran.
+  if (auto st = WebHdfs(options_.webhdfs, options_.hdfs_user).DeleteRecursively(staging_dir_);
+      !st.ok()) {
+    spdlog::warn("cannot remove the staging directory {}{}: {}", options_.hdfs, staging_dir_,
+                 st.ToString());
+    return;
+  }
+  staging_dir_.clear();
 }
 
 void YarnBackend::Watch() {
@@ -260,6 +321,11 @@ bool YarnBackend::PollResourceManager() {
     if (!diagnostics.empty()) why += ": " + diagnostics;
     if (refused) return false;  // the AM already said why, in YARN's words
     if (!gang) {
+      // An AM that cannot load Hadoop's classes is a setting to fix, not a Java trace to read.
+      if (auto missing = AmMissingClass(diagnostics)) {
+        why = AmClasspathFailureMessage(*missing, options_.am_classpath,
+                                        options_.am_classpath_source);
+      }
       if (on_event) on_event({AllocationEvent::kRefused, why});
       return false;
     }
@@ -480,7 +546,10 @@ void YarnBackend::Release() {
     ended = ended_;
     am = am_address_;
   }
-  if (ended) return;
+  if (ended) {
+    RemoveStagingDir();
+    return;
+  }
   // A job killed through Shoal ends KILLED in YARN too; otherwise the AM stops the containers
   // and unregisters with the job's outcome. Should it not answer, the ResourceManager kills it.
   bool asked = false;
@@ -491,11 +560,15 @@ void YarnBackend::Release() {
                      Ms(3000))
                 .ok();
   }
-  if (asked && WaitForEnd(Ms(15000))) return;
+  if (asked && WaitForEnd(Ms(15000))) {
+    RemoveStagingDir();
+    return;
+  }
   KillApplication();
   if (!WaitForEnd(Ms(20000))) {
     spdlog::warn("the YARN application {} has not ended 20s after it was killed", app_id_);
   }
+  RemoveStagingDir();
 }
 
 absl::Status YarnBackend::CheckResourceManager(const std::string& rm_web) {
@@ -506,6 +579,21 @@ absl::Status YarnBackend::CheckResourceManager(const std::string& rm_web) {
         absl::StrCat(rm_web, "/ws/v1/cluster/info does not answer as a ResourceManager"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, std::string>> YarnBackend::ClusterConfiguration(
+    const std::string& rm_web) {
+  // Hadoop's ConfServlet answers JSON to this Accept header:
+  // {"properties": [{"key": ..., "value": ..., "isFinal": ..., "resource": ...}, ...]}.
+  auto conf = HttpJson(rm_web, "GET", "/conf", "", "", Ms(10000));
+  if (!conf.ok()) return conf.status();
+  std::map<std::string, std::string> properties;
+  for (const auto& p : conf->value("properties", nlohmann::json::array())) {
+    if (p.is_object() && p.contains("key") && p["value"].is_string()) {
+      properties[p.value("key", "")] = p.value("value", "");
+    }
+  }
+  return properties;
 }
 
 absl::StatusOr<std::vector<std::string>> YarnBackend::UnfinishedApplications(

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,11 +20,22 @@ struct YarnBackendOptions {
   // The ResourceManager's web address, http://host:port (its REST API, /ws/v1/cluster).
   std::string rm_web;
   YarnRequest request;
-  // Shoal's application master (src/backends/yarn/am) and the classpath it runs with in its
-  // container: the jar, then the cluster's Hadoop jars and configuration (':'-separated, may
-  // use NodeManager expansions such as {{HADOOP_COMMON_HOME}}).
+  // Shoal's application master (src/backends/yarn/am) on this machine; it reaches the AM's
+  // container as a local resource, with the `shoal` binary for the agents' containers.
   std::string am_jar;
+  // The cluster's Hadoop jars and configuration as the NodeManagers have them, which the AM
+  // runs with after its own jar (':'-separated; NodeManager expansions such as
+  // {{HADOOP_COMMON_HOME}} and the launch script's $VARs are expanded in the container), and
+  // where that came from, for messages ("SHOAL_YARN_AM_CLASSPATH", ...).
   std::string am_classpath;
+  std::string am_classpath_source = "the caller";
+  // Where the AM jar and the `shoal` binary are staged for the containers: the cluster's HDFS
+  // (hdfs://host:port, the URI the NodeManagers download from), its NameNode's WebHDFS address
+  // (http://host:port, how this machine uploads) and the HDFS user (simple authentication)
+  // whose /user/<user>/.shoal/staging/<application id> holds them while the application runs.
+  std::string hdfs;
+  std::string webhdfs;
+  std::string hdfs_user;
   // The java binary in the AM's container; NodeManagers pass JAVA_HOME on.
   std::string am_java = "{{JAVA_HOME}}/bin/java";
   uint64_t am_memory_mb = 256;
@@ -70,6 +82,9 @@ class YarnBackend final : public Backend {
   static absl::StatusOr<std::string> AddressTowardsResourceManager(const std::string& rm_web);
   // Checks that `rm_web` answers as a ResourceManager (GET /ws/v1/cluster/info).
   static absl::Status CheckResourceManager(const std::string& rm_web);
+  // The ResourceManager's configuration (GET /conf): every property, by name.
+  static absl::StatusOr<std::map<std::string, std::string>> ClusterConfiguration(
+      const std::string& rm_web);
   // Ids of the applications named `name` that the ResourceManager has not finished.
   static absl::StatusOr<std::vector<std::string>> UnfinishedApplications(
       const std::string& rm_web, const std::string& name);
@@ -91,6 +106,9 @@ class YarnBackend final : public Backend {
   // Waits for the application to reach FINISHED, FAILED or KILLED; false after `limit`.
   bool WaitForEnd(std::chrono::milliseconds limit);
   void KillApplication();
+  // Uploads the AM jar and the `shoal` binary to staging_dir_ (created); their local resources.
+  absl::StatusOr<std::vector<YarnLocalResource>> Stage(const std::string& shoal_binary);
+  void RemoveStagingDir();
 
   YarnBackendOptions options_;
   spec::JobSpec job_;
@@ -101,6 +119,7 @@ class YarnBackend final : public Backend {
   // Written by StartAgents before the watcher starts, read by it and by Release afterwards.
   std::string app_id_;
   std::string token_;
+  std::string staging_dir_;  // on HDFS, once created
 
   mutable std::mutex mu_;
   std::string am_address_ ABSL_GUARDED_BY(mu_);  // host:port of the AM's HTTP API, once known

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,21 @@ uint32_t YarnContainerVcores(const spec::Resources& resources);
 // turns into $PWD before the shell runs: those are double-quoted, so the shell expands them.
 std::string YarnShellCommand(const std::vector<std::string>& argv);
 
+// A file a container gets from HDFS: the NodeManager downloads `url` before the container
+// starts and links it into the container's working directory as `name`. `size` and
+// `timestamp` (the file's HDFS modification time, ms) must be the file's exactly: the
+// NodeManager refuses a file that changed since it was registered.
+struct YarnLocalResource {
+  std::string name;
+  std::string url;  // hdfs://namenode:port/path
+  uint64_t size = 0;
+  int64_t timestamp = 0;
+};
+
 // The application master's configuration (ShoalAppMaster's argument, before base64): one entry
-// per place with its container size, node label and the agent's command line.
+// per place with its container size, node label and the agent's command line; the files every
+// agent container gets (the `shoal` binary); and the HDFS directory those files were staged in,
+// which the AM deletes when the application ends.
 struct YarnAmPlace {
   std::string name;
   uint64_t memory_mb = 0;
@@ -45,7 +59,9 @@ struct YarnAmPlace {
   std::string node_label;
   std::string command;  // the shell command that runs the place's agent
 };
-std::string YarnAmConfigJson(const std::vector<YarnAmPlace>& places, uint64_t idle_timeout_ms);
+std::string YarnAmConfigJson(const std::vector<YarnAmPlace>& places, uint64_t idle_timeout_ms,
+                             const std::vector<YarnLocalResource>& agent_resources = {},
+                             const std::string& staging_dir = "");
 
 // The body of POST /ws/v1/cluster/apps that submits the application master.
 struct YarnSubmission {
@@ -55,15 +71,33 @@ struct YarnSubmission {
   std::string node_label;
   std::string am_command;   // the whole command line, log redirections included
   std::string am_key;       // SHOAL_AM_KEY in the AM's environment
+  // CLASSPATH in the AM's environment (':'-separated; the NodeManager expands {{VAR}} and the
+  // launch script's shell $VAR, as in yarn.application.classpath).
+  std::string am_classpath;
+  std::vector<YarnLocalResource> local_resources;  // the AM jar
   uint64_t am_memory_mb = 256;
   uint32_t am_vcores = 1;
 };
 std::string YarnSubmissionJson(const YarnSubmission& submission);
 
-// The AM's classpath where none is configured (SHOAL_YARN_AM_CLASSPATH): `conf_dir` (the
-// submitting machine's HADOOP_CONF_DIR, when set) and YARN's default application classpath,
-// in NodeManager expansions, as a stock Hadoop installation lays it out.
-std::string DefaultYarnAmClasspath(const std::string& conf_dir);
+// YARN's default application classpath (yarn.application.classpath when a cluster sets none), in
+// NodeManager expansions, as a stock Hadoop installation lays it out: the NodeManager's
+// configuration directory, then Hadoop's common, hdfs and yarn jars.
+std::string DefaultYarnAmClasspath();
+
+// A yarn.application.classpath value (comma-separated, maybe across lines) as a classpath:
+// entries trimmed, empty ones dropped, joined with ':'.
+std::string YarnClasspathFromConfig(const std::string& value);
+
+// When an application master that never registered failed because Java could not load a class
+// (NoClassDefFoundError, ClassNotFoundException in YARN's diagnostics of the AM's container),
+// the class; else nothing.
+std::optional<std::string> AmMissingClass(const std::string& diagnostics);
+
+// What to tell the user when the AM could not load `missing_class` with `classpath` (from
+// `source`): what is wrong, and which setting fixes it.
+std::string AmClasspathFailureMessage(const std::string& missing_class,
+                                      const std::string& classpath, const std::string& source);
 
 // "http://host:port" (a trailing slash dropped) or InvalidArgument naming what is wrong.
 absl::StatusOr<std::string> NormalizeRmWebAddress(const std::string& address);

@@ -179,7 +179,24 @@ public final class ShoalMiniCluster {
     // SIGTERM; the default 5 s per NodeManager makes `cluster.sh down` slow.
     conf.setLong(YarnConfiguration.NM_PROCESS_KILL_WAIT_MS, 1000);
     conf.setBoolean(YarnConfiguration.TIMELINE_SERVICE_ENABLED, false);
+    // What a real cluster's yarn-site.xml says: where Hadoop's jars and the configuration are
+    // on the NodeManagers, for applications' masters (Shoal's AM reads it from the
+    // ResourceManager). Here the NodeManagers are this JVM, so it is this JVM's classpath.
+    conf.set(YarnConfiguration.YARN_APPLICATION_CLASSPATH, applicationClasspath(o));
     return conf;
+  }
+
+  /** The client configuration directory, this jar and its lib/ (cluster.sh's layout). */
+  static String applicationClasspath(Options o) {
+    File jar;
+    try {
+      jar = new File(ShoalMiniCluster.class.getProtectionDomain().getCodeSource().getLocation()
+          .toURI());
+    } catch (java.net.URISyntaxException e) {
+      throw new IllegalStateException("cannot locate the mini-cluster's jar", e);
+    }
+    return String.join(",", new File(o.dir, "conf").getPath(), jar.getPath(),
+        new File(jar.getParentFile(), "lib").getPath() + "/*");
   }
 
   /** Writes conf/*.xml and env under the state directory, each by an atomic rename. */
@@ -214,6 +231,7 @@ public final class ShoalMiniCluster {
         YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_MB,
         YarnConfiguration.RM_SCHEDULER_MAXIMUM_ALLOCATION_VCORES,
         YarnConfiguration.RESOURCE_TYPES,
+        YarnConfiguration.YARN_APPLICATION_CLASSPATH,
         // Tells YARN's own clients (DistributedShell) that the NodeManagers share this
         // machine, so the AM's classpath can be the client's.
         YarnConfiguration.IS_MINI_YARN_CLUSTER,

@@ -11,6 +11,7 @@ import java.io.InputStream;
 import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.URI;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
@@ -20,15 +21,21 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Executors;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.yarn.api.ApplicationConstants;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerLaunchContext;
 import org.apache.hadoop.yarn.api.records.ContainerStatus;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.api.records.LocalResource;
+import org.apache.hadoop.yarn.api.records.LocalResourceType;
+import org.apache.hadoop.yarn.api.records.LocalResourceVisibility;
 import org.apache.hadoop.yarn.api.records.NodeReport;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.URL;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
@@ -42,8 +49,10 @@ import org.apache.hadoop.yarn.conf.YarnConfiguration;
  * see docs/backends/yarn.md for the protocol.
  *
  * <p>Argument: the base64 of a JSON object {places: [{name, memory_mb, vcores, gpus, node_label,
- * command}], idle_timeout_ms}. Environment: SHOAL_AM_KEY, the bearer key every HTTP request must
- * carry. The agents' token is not among them (the ResourceManager stores both): the backend posts
+ * command}], idle_timeout_ms, agent_resources: [{name, url, size, timestamp}], staging_dir}: the
+ * files every agent container gets from HDFS (the shoal binary), and the HDFS directory they were
+ * staged in, removed when the application ends. Environment: SHOAL_AM_KEY, the bearer key every
+ * HTTP request must carry; CLASSPATH, this jar (localized) and the cluster's Hadoop. The agents' token is not among them (the ResourceManager stores both): the backend posts
  * it to /launch and the AM passes it to the NodeManagers only, in each agent's environment.
  *
  * <p>Threads: AMRMClientAsync and NMClientAsync call back on their own threads, the HTTP server
@@ -69,6 +78,9 @@ public final class ShoalAppMaster {
   private final List<ObjectNode> events = new ArrayList<>();
   private final byte[] key;
   private final long idleTimeoutMs;
+  private final Map<String, LocalResource> agentResources = new HashMap<>();
+  private final String stagingDir;
+  private String stagedFileSystem = ""; // scheme://authority of the staged files
   private AMRMClientAsync<ContainerRequest> rm;
   private NMClientAsync nm;
   private HttpServer http;
@@ -82,6 +94,16 @@ public final class ShoalAppMaster {
   private ShoalAppMaster(JsonNode config, byte[] key) {
     this.key = key;
     this.idleTimeoutMs = config.path("idle_timeout_ms").asLong(60000);
+    this.stagingDir = config.path("staging_dir").asText("");
+    for (JsonNode r : config.path("agent_resources")) {
+      URI url = URI.create(r.path("url").asText());
+      stagedFileSystem = url.getScheme() + "://" + url.getAuthority();
+      // The size and timestamp are the staged file's: the NodeManager checks both.
+      agentResources.put(r.path("name").asText(), LocalResource.newInstance(
+          URL.fromURI(url), LocalResourceType.FILE,
+          LocalResourceVisibility.APPLICATION, r.path("size").asLong(),
+          r.path("timestamp").asLong()));
+    }
     int i = 0;
     for (JsonNode p : config.path("places")) {
       Place place = new Place();
@@ -153,6 +175,7 @@ public final class ShoalAppMaster {
     synchronized (this) {
       while (!byContainer.isEmpty() && System.currentTimeMillis() < deadline) wait(100);
     }
+    removeStagingDir(conf);
     try {
       rm.unregisterApplicationMaster(finalStatus, finalMessage, null);
     } catch (Exception e) {
@@ -162,6 +185,18 @@ public final class ShoalAppMaster {
     nm.stop();
     http.stop(0);
     System.exit(0);
+  }
+
+  // The staged files are no longer needed once no container will start. Best effort: the Shoal
+  // master removes the directory too, after the application ended (and when the AM was killed).
+  private void removeStagingDir(YarnConfiguration conf) {
+    if (stagingDir.isEmpty() || stagedFileSystem.isEmpty()) return;
+    try {
+      Path dir = new Path(stagedFileSystem + stagingDir);
+      FileSystem.get(dir.toUri(), conf).delete(dir, true);
+    } catch (Throwable t) {
+      System.err.println("shoal-am: cannot remove the staging directory " + stagingDir + ": " + t);
+    }
   }
 
   // REQUIRES: holds the monitor.
@@ -205,7 +240,7 @@ public final class ShoalAppMaster {
       commands.add("exec " + p.command + " 1>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR
           + "/agent.stdout 2>" + ApplicationConstants.LOG_DIR_EXPANSION_VAR + "/agent.stderr");
       ContainerLaunchContext ctx = ContainerLaunchContext.newInstance(
-          new HashMap<>(), env, commands, null, null, null);
+          new HashMap<>(agentResources), env, commands, null, null, null);
       nm.startContainerAsync(p.container, ctx);
     }
   }

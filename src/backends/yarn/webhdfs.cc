@@ -1,0 +1,162 @@
+#include "backends/yarn/webhdfs.h"
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/http_client.h"
+#include "nlohmann/json.hpp"
+
+namespace shoal::backends {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string Escape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (absl::ascii_isalnum(c) || c == '/' || c == '.' || c == '_' || c == '-' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += absl::StrFormat("%%%02X", c);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<common::HttpReply> Send(const std::string& method, const std::string& base,
+                                       const std::string& target,
+                                       const std::string& body_file = "",
+                                       Ms timeout = Ms(30000)) {
+  common::HttpRequest request;
+  request.method = method;
+  request.base = base;
+  request.target = target;
+  request.body_file = body_file;
+  request.content_type = "application/octet-stream";
+  request.headers = {{"Accept", "application/json"}};
+  request.timeout = timeout;
+  return common::SendHttp(request);
+}
+
+// WebHDFS's errors: {"RemoteException": {"exception": ..., "message": ...}}.
+absl::Status Refused(const std::string& what, const common::HttpReply& reply) {
+  std::string message = reply.body.substr(0, 500);
+  auto json = nlohmann::json::parse(reply.body, nullptr, false);
+  if (json.is_object() && json.contains("RemoteException")) {
+    message = json["RemoteException"].value("message", message);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": HTTP ", reply.status, ": ", absl::StripAsciiWhitespace(message)));
+}
+
+}  // namespace
+
+std::string WebHdfs::Target(const std::string& path, const std::string& op) const {
+  return absl::StrCat("/webhdfs/v1", Escape(path), "?op=", op, "&user.name=", Escape(user_));
+}
+
+absl::Status WebHdfs::Check() const {
+  auto reply = Send("GET", webhdfs_, Target("/", "GETFILESTATUS"));
+  if (!reply.ok()) return reply.status();
+  if (reply->status != 200) return Refused("WebHDFS GETFILESTATUS /", *reply);
+  auto json = nlohmann::json::parse(reply->body, nullptr, false);
+  if (!json.is_object() || !json.contains("FileStatus")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(webhdfs_, "/webhdfs/v1/ does not answer as a NameNode's WebHDFS"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WebHdfs::MakeDirs(const std::string& path) const {
+  auto reply = Send("PUT", webhdfs_, Target(path, "MKDIRS"));
+  if (!reply.ok()) return reply.status();
+  if (reply->status != 200) return Refused("WebHDFS MKDIRS " + path, *reply);
+  return absl::OkStatus();
+}
+
+absl::Status WebHdfs::Upload(const std::string& local, const std::string& path) const {
+  std::error_code size_error;
+  uint64_t size = std::filesystem::file_size(local, size_error);
+  if (size_error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read ", local, ": ", size_error.message()));
+  }
+  // The NameNode names the DataNode to write to; noredirect=true has it say so in the body
+  // rather than in a 307, so that the file is sent once, to the DataNode.
+  auto where = Send("PUT", webhdfs_,
+                    Target(path, "CREATE") + "&overwrite=true&noredirect=true");
+  if (!where.ok()) return where.status();
+  if (where->status != 200 && where->status != 307) {
+    return Refused("WebHDFS CREATE " + path, *where);
+  }
+  auto json = nlohmann::json::parse(where->body, nullptr, false);
+  std::string location = json.is_object() ? json.value("Location", "") : "";
+  absl::string_view rest = location;
+  if (!absl::ConsumePrefix(&rest, "http://") || rest.find('/') == absl::string_view::npos) {
+    return absl::InternalError(absl::StrCat("WebHDFS CREATE ", path,
+                                            ": the NameNode named no DataNode: ",
+                                            where->body.substr(0, 300)));
+  }
+  size_t slash = rest.find('/');
+  std::string base = absl::StrCat("http://", rest.substr(0, slash));
+  std::string target(rest.substr(slash));
+  // A generous bound: the agent binary is tens of MB, and a DataNode writes it at disk speed.
+  Ms timeout = Ms(60000 + static_cast<int64_t>(size >> 20) * 1000);
+  auto written = Send("PUT", base, target, local, timeout);
+  if (!written.ok()) return written.status();
+  if (written->status != 201 && written->status != 200) {
+    return Refused("WebHDFS CREATE " + path + " (DataNode)", *written);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HdfsFileStatus> WebHdfs::Status(const std::string& path) const {
+  auto reply = Send("GET", webhdfs_, Target(path, "GETFILESTATUS"));
+  if (!reply.ok()) return reply.status();
+  if (reply->status != 200) return Refused("WebHDFS GETFILESTATUS " + path, *reply);
+  auto json = nlohmann::json::parse(reply->body, nullptr, false);
+  if (!json.is_object() || !json["FileStatus"].is_object()) {
+    return absl::InternalError(absl::StrCat("WebHDFS GETFILESTATUS ", path, ": ",
+                                            reply->body.substr(0, 300)));
+  }
+  HdfsFileStatus status;
+  status.length = json["FileStatus"].value("length", uint64_t{0});
+  status.modification_time_ms = json["FileStatus"].value("modificationTime", int64_t{0});
+  return status;
+}
+
+absl::Status WebHdfs::DeleteRecursively(const std::string& path) const {
+  auto reply = Send("DELETE", webhdfs_, Target(path, "DELETE") + "&recursive=true");
+  if (!reply.ok()) return reply.status();
+  if (reply->status != 200) return Refused("WebHDFS DELETE " + path, *reply);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> WebHdfsAddress(const std::string& fs_uri, const std::string& webhdfs) {
+  absl::string_view rest = fs_uri;
+  if (!absl::ConsumePrefix(&rest, "hdfs://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an hdfs://HOST:PORT file system: '", fs_uri, "'"));
+  }
+  while (absl::ConsumeSuffix(&rest, "/")) {
+  }
+  std::string authority(rest.substr(0, rest.find('/')));
+  if (authority.empty() || authority.front() == ':') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not an hdfs://HOST:PORT file system: '", fs_uri, "'"));
+  }
+  if (!webhdfs.empty()) return webhdfs;
+  return absl::StrCat("http://", authority.substr(0, authority.rfind(':') == std::string::npos
+                                                         ? authority.size()
+                                                         : authority.rfind(':')),
+                      ":9870");
+}
+
+}  // namespace shoal::backends
