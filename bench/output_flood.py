@@ -85,16 +85,32 @@ def run_flood(shoal, workdir, lines, wait_s=0.0, stop_s=0.0):
             time.sleep(0.02)
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    chunks = []
-    if stop_s:
+    chunks, errs = [], []
+    first_line = threading.Event()
+
+    def read_out():  # one buffered reader for all of stdout: nothing read ahead is lost
         chunks.append(proc.stdout.readline())
+        first_line.set()
+        chunks.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: errs.append(proc.stderr.read()), daemon=True)]
+    if stop_s:
+        readers[0].start()
+        first_line.wait(600)
         os.kill(proc.pid, signal.SIGSTOP)
         time.sleep(stop_s)
         os.kill(proc.pid, signal.SIGCONT)
     elif wait_s:
         time.sleep(wait_s)
-    out, err = proc.communicate(timeout=1800)
-    chunks.append(out)
+        readers[0].start()
+    else:
+        readers[0].start()
+    readers[1].start()
+    for r in readers:
+        r.join(1800)
+    proc.wait(60)
+    err = b"".join(errs)
     wall = time.monotonic() - started
     done.set()
     sampler.join(5)
