@@ -82,7 +82,7 @@ int RunShoal(int argc, char** argv) {
   CLI::App app{
       "Shoal runs distributed training jobs described in one YAML file, and supervises them.\n"
       "Exit codes: 0 success, 1 the job failed, 2 invalid job file or usage, 129 hung up (detached;\n"
-      "the job runs on), 130 interrupted."};
+      "the job runs on), 130 interrupted, 141 output closed (detached)."};
   app.require_subcommand(1);
   app.fallthrough();  // `shoal run --jobs-dir D job.yaml` works as well as `shoal --jobs-dir D run job.yaml`
   app.set_version_flag("--version", "shoal 0.1.0");

@@ -12,6 +12,8 @@ inline constexpr int kExitUsage = 2;  // invalid job file, bad flags, unknown jo
 inline constexpr int kExitInterrupted = 130;
 // SIGHUP (the terminal went away): the client detached; the job keeps running.
 inline constexpr int kExitHangup = 129;
+// stdout was closed (`| head`, a pager that quit): the client detached; the job keeps running.
+inline constexpr int kExitOutputClosed = 141;
 
 struct RunOptions {
   std::string job_file;

@@ -57,12 +57,16 @@ class Console {
   explicit Console(bool quiet) : live_(!quiet && ::isatty(STDERR_FILENO)), quiet_(quiet) {}
 
   // Blocks while stdout does (a pager, a slow pipe): that is what slows the stream down.
-  void Output(std::string_view lines) {
+  // False once stdout is closed (`| head`, a pager that quit): nothing more can be shown.
+  bool Output(std::string_view lines) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stdout_closed_) return false;
     ClearStatus();
+    errno = 0;
     std::fwrite(lines.data(), 1, lines.size(), stdout);
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0 && errno == EPIPE) stdout_closed_ = true;
     DrawStatus();
+    return !stdout_closed_;
   }
   void Status(const std::string& line) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,6 +125,7 @@ class Console {
   std::mutex mu_;
   bool live_;
   bool quiet_;
+  bool stdout_closed_ = false;
   bool drawn_ = false;
   std::string status_;
 };
@@ -175,7 +180,14 @@ absl::Status StartMaster(const std::string& shoal_binary, const std::string& job
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+  // The client ignores SIGPIPE (it notices a closed stdout by EPIPE); the master must not
+  // inherit that.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   int rc = ::posix_spawn(pid, argv[0], &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
@@ -604,6 +616,9 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
     std::lock_guard<std::mutex> lock(client_mu);
     return client;
   };
+  // A closed stdout (`| head`, a pager that quit) is seen as EPIPE, and the client detaches
+  // and says so, rather than die of SIGPIPE without a word.
+  ::signal(SIGPIPE, SIG_IGN);
   Console console(quiet);
   console.Message(absl::StrCat("job ", job_id, " (", total_tasks, " tasks) in ", job_dir));
   if (log_offset > 0) {
@@ -659,6 +674,7 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
   // client asks, at the pace this client prints it; after a new master takes over, it goes on
   // from here, so no line is lost or printed twice.
   uint64_t next_offset = log_offset;
+  std::atomic<bool> output_closed{false};
   auto print_output = [&](uint64_t offset, const std::string& lines) {
     if (offset + lines.size() <= next_offset) return;  // printed before a reconnection
     if (offset > next_offset) {
@@ -667,7 +683,9 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
                                    "` has every line"));
     }
     size_t skip = offset < next_offset ? static_cast<size_t>(next_offset - offset) : 0;
-    console.Output(std::string_view(lines).substr(skip));
+    if (!console.Output(std::string_view(lines).substr(skip)) && !output_closed.exchange(true)) {
+      current_client()->Cancel();  // nobody reads the output any more: stop following
+    }
     next_offset = offset + lines.size();
   };
 
@@ -695,7 +713,7 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
       state = last_status.value("state", "");
     }
     bool finished = state == "succeeded" || state == "failed" || state == "killed";
-    if (finished || interrupted || hung_up) break;
+    if (finished || interrupted || hung_up || output_closed) break;
     // The stream ended before the job did. A master that died is replaced by one that rebuilds
     // the job from its journal; the agents keep the tasks running meanwhile.
     pid_t pid = MasterPid(job_dir);
@@ -728,16 +746,16 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
     std::lock_guard<std::mutex> lock(client_mu);
     client = std::move(*reconnected);
   }
-  if (hung_up) {
+  if (hung_up || output_closed) {
     done = true;
     ::pthread_kill(signal_thread.native_handle(), SIGUSR1);
     signal_thread.join();
     console.Done();
     // The terminal may be gone; said anyway for a client whose stderr goes to a file.
-    std::cerr << "shoal | hung up: detached from job " << job_id
-              << ", which keeps running (shoal status " << job_id << ", shoal resume " << job_id
-              << ", shoal kill " << job_id << ")\n";
-    return kExitHangup;
+    std::cerr << "shoal | " << (hung_up ? "hung up" : "the output was closed")
+              << ": detached from job " << job_id << ", which keeps running (shoal status "
+              << job_id << ", shoal logs " << job_id << ", shoal kill " << job_id << ")\n";
+    return hung_up ? kExitHangup : kExitOutputClosed;
   }
   // A master that ended (or died) before this client took all of the output: the rest is in
   // logs.txt, which this client reads itself.

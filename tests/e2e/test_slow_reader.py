@@ -171,3 +171,32 @@ def test_hangup_detaches_and_the_job_goes_on(write_job, start_shoal, jobs_dir, w
                             "the job to end on its own")
     assert status["state"] == "succeeded", status
     assert "worker:0 | finished" in (job_dir / "logs.txt").read_text()
+
+
+PIPED = """
+    name: piped
+    roles:
+      worker:
+        instances: 1
+        command: ["/bin/sh", "-c", "echo one; echo two; sleep 1; echo three; sleep 2; echo finished"]
+        resources: {cpus: 0.5}
+    """
+
+
+def test_a_closed_output_detaches_and_the_job_goes_on(write_job, harness, jobs_dir,
+                                                       wait_for_state):
+    job = write_job(PIPED)
+    cmd = " ".join(f"'{a}'" for a in harness.command(["run", job]))
+    # `shoal run job.yaml | head -1`: head leaves after the first line.
+    r = subprocess.run(["/bin/bash", "-c", f"{cmd} | head -1; exit ${{PIPESTATUS[0]}}"],
+                       capture_output=True, text=True, timeout=60, env=e2e.base_env(),
+                       cwd=harness.tmp_path)
+    assert r.stdout == "worker:0 | one\n", r.stdout
+    assert r.returncode == 141, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    assert (f"the output was closed: detached from job {job_dir.name}, which keeps running"
+            in r.stderr), r.stderr
+    status = wait_for_state(job_dir.name, lambda s: s["state"] in e2e.TERMINAL_JOB_STATES, 60,
+                            "the job to end on its own")
+    assert status["state"] == "succeeded", status
+    assert "worker:0 | finished" in (job_dir / "logs.txt").read_text()
