@@ -1,12 +1,16 @@
 #include "spec/spec_parser.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -1588,6 +1592,42 @@ TEST(SpecParserTest, RejectsMissingFileNamingThePath) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(spec.status().message(),
             "/nonexistent/dir/job.yaml: cannot read the job file: No such file or directory");
+}
+
+// Issue 24: the client validated one read of the job file and stored another as spec.yaml.
+// ReadJobFile hands back the very bytes it validated, whatever they hold.
+TEST(SpecParserTest, ReadJobFileReturnsTheBytesItValidated) {
+  std::filesystem::path dir = MakeTempDir("read_once");
+  std::string text = "# kept\r\nname: j\r\nroles:\r\n  a: {command: [x]}  # no newline at end";
+  WriteText(dir / "job.yaml", text);
+  absl::StatusOr<JobFile> file = ReadJobFile((dir / "job.yaml").string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->text, text);
+  EXPECT_EQ(file->spec.name, "j");
+  EXPECT_EQ(file->spec.source_path, (dir / "job.yaml").string());
+}
+
+// A pipe can be read only once: `shoal run <(generate-job)` works only if nothing reads the
+// job file a second time.
+TEST(SpecParserTest, ReadJobFileReadsAPipeOnce) {
+  std::filesystem::path dir = MakeTempDir("pipe");
+  std::string fifo = (dir / "job.yaml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = "name: piped\nroles:\n  a: {command: [x]}\n";
+  ::signal(SIGPIPE, SIG_IGN);  // a reader that gives up must fail the test, not kill it
+  std::thread writer([&] {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+    ::close(fd);
+  });
+  absl::StatusOr<JobFile> file = ReadJobFile(fifo);
+  // Lets the writer go should the reader never have opened the pipe.
+  if (int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); fd >= 0) ::close(fd);
+  writer.join();
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->text, text);
+  EXPECT_EQ(file->spec.name, "piped");
 }
 
 TEST(SpecParserTest, RejectsDirectoryGivenAsJobFile) {
