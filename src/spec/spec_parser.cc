@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "common/byte_size.h"
 #include "common/duration.h"
+#include "spec/task_variables.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/parser.h"
 #include "yaml-cpp/yaml.h"
@@ -1633,6 +1634,11 @@ class Parser {
       if (!IsValidEnvName(v.key)) {
         Error(v.line, var_key,
               "variable names must hold only letters, digits and '_' and not start with a digit");
+        continue;
+      }
+      // Refused rather than overridden in silence: the task would run with Shoal's value.
+      if (std::optional<std::string> why = WhyReserved(v.key)) {
+        Error(v.line, var_key, *why);
         continue;
       }
       if (v.value.IsScalar() && HasNul(v.value.Scalar())) {

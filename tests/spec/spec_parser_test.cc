@@ -408,6 +408,31 @@ TEST(SpecParserTest, RejectsInvalidEnvName) {
                              "letters, digits and '_'"));
 }
 
+// Issue 24: the agent set SHOAL_PROGRESS_FILE and friends after the role's env, so a value
+// written in the job file was dropped without a word.
+TEST(SpecParserTest, RejectsReservedShoalVariablesInEnvNamingEachAndWhy) {
+  std::string msg = Refusal(
+      "name: j\nroles:\n  w:\n    command: [x]\n    env:\n      SHOAL_RANK: 3\n"
+      "      KEEP_ME: 1\n      SHOAL_PROGRESS_FILE: /tmp/p\n      SHOAL_CHECKPOINT_DIR: /ckpt\n");
+  std::vector<std::string> lines = Lines(msg);
+  ASSERT_EQ(lines.size(), 3u) << msg;
+  EXPECT_EQ(lines[0],
+            "job.yaml:6: roles.w.env.SHOAL_RANK: reserved: Shoal sets SHOAL_RANK itself "
+            "(docs/environment.md), so a role's env cannot change it");
+  EXPECT_THAT(lines[1], HasSubstr("job.yaml:8: roles.w.env.SHOAL_PROGRESS_FILE: reserved: "));
+  EXPECT_THAT(lines[2], HasSubstr("job.yaml:9: roles.w.env.SHOAL_CHECKPOINT_DIR: reserved: "
+                                  "Shoal sets SHOAL_CHECKPOINT_DIR itself"));
+  EXPECT_THAT(lines[2], HasSubstr("; set checkpoint.dir instead"));
+}
+
+// Settings the SDK reads but Shoal does not set (SHOAL_WEBHDFS) are the user's to give.
+TEST(SpecParserTest, AcceptsShoalNamesThatShoalDoesNotSet) {
+  absl::StatusOr<JobSpec> spec = Parse(
+      "name: j\nroles:\n  w:\n    command: [x]\n    env: {SHOAL_WEBHDFS: \"http://nn:9870\"}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->roles[0].env, ElementsAre(Pair("SHOAL_WEBHDFS", "http://nn:9870")));
+}
+
 TEST(SpecParserTest, RejectsNumberAsCommand) {
   std::string msg = Refusal("name: j\nroles:\n  w:\n    command: 5\n");
   EXPECT_THAT(msg, HasSubstr("job.yaml:4: roles.w.command: must be a non-empty list of strings "
