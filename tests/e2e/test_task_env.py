@@ -232,7 +232,8 @@ def test_reserved_variables_come_only_from_shoal(write_job, run_shoal):
         name: inherited
         roles:
           worker:
-            command: ["/bin/sh", "-c", 'echo "tb=${SHOAL_TENSORBOARD_LOGDIR-unset} hdfs=$SHOAL_WEBHDFS"']
+            command: ["/bin/sh", "-c",
+                      'echo "tb=${SHOAL_TENSORBOARD_LOGDIR-unset} hdfs=$SHOAL_WEBHDFS"']
             resources: {cpus: 0.25}
         """)
     r = run_shoal("run", "-q", job, timeout=60,
