@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/free_ports.h"
 #include "agent/task_directories.h"
+#include "agent/task_environment.h"
 #include "common/files.h"
 #include "common/process.h"
 #include "shoal/v1/shoal.grpc.pb.h"
@@ -443,25 +444,6 @@ void Agent::Launch(const v1::MasterMessage& message) {
   ProcessSpec spec;
   spec.key = key;
   spec.argv.assign(l.argv().begin(), l.argv().end());
-  // The task inherits the environment Shoal was started with (PATH, a virtualenv, HOME), minus
-  // the agent's secret, then Shoal's variables, then the role's own.
-  spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
-  if (options_.hide_slurm_step_env) {
-    // srun describes the step of agents (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID...), not the
-    // training world: frameworks that detect Slurm from these (PyTorch Lightning, JAX,
-    // Horovod, mpi4py) would take ranks and peers from them that disagree with Shoal's, which
-    // change with restarts and elastic resizes. The allocation's id stays reachable as
-    // SHOAL_SLURM_JOB_ID.
-    if (auto it = spec.env.find("SLURM_JOB_ID"); it != spec.env.end()) {
-      spec.env["SHOAL_SLURM_JOB_ID"] = it->second;
-    }
-    for (auto it = spec.env.begin(); it != spec.env.end();) {
-      bool slurm = (it->first.rfind("SLURM_", 0) == 0 || it->first.rfind("SLURMD_", 0) == 0) &&
-                   it->first != "SLURM_CONF";
-      it = slurm ? spec.env.erase(it) : std::next(it);
-    }
-  }
-  for (const auto& [k, v] : l.env()) spec.env[k] = v;
   spec.working_dir = l.working_dir().empty() ? task_dir : l.working_dir();
   spec.cpu_affinity.assign(l.cpu_affinity().begin(), l.cpu_affinity().end());
   spec.memory_limit_bytes = l.memory_limit_bytes();
@@ -485,8 +467,6 @@ void Agent::Launch(const v1::MasterMessage& message) {
   if (auto st = MakeTaskDirectories({l.local_dirs().begin(), l.local_dirs().end()}); !st.ok()) {
     return fail(std::string(st.message()));
   }
-  spec.env["SHOAL_CLUSTER_SPEC_FILE"] = options_.work_dir + "/cluster.json";
-  spec.env["SHOAL_AGENT_SOCKET"] = sdk_->address();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (live_.count(key)) {
@@ -506,11 +486,17 @@ void Agent::Launch(const v1::MasterMessage& message) {
       absl::StrCat(options_.work_dir, "/progress-", l.task().role(), "-", l.task().index(), ".",
                    l.task().attempt()),
       &progress_error);
-  if (!progress_file.empty()) {
-    spec.env["SHOAL_PROGRESS_FILE"] = progress_file;
-  } else {
+  if (progress_file.empty()) {
     spdlog::warn("{}: {}; its progress reports go over the SDK socket", key, progress_error);
   }
+  TaskEnvironmentInputs env_inputs;
+  env_inputs.inherited = InheritedEnvironment({});
+  env_inputs.hide_slurm_step_env = options_.hide_slurm_step_env;
+  for (const auto& [name, value] : l.env()) env_inputs.from_master[name] = value;
+  env_inputs.cluster_spec_file = options_.work_dir + "/cluster.json";
+  env_inputs.agent_socket = sdk_->address();
+  env_inputs.progress_file = progress_file;
+  spec.env = TaskEnvironment(env_inputs);
   if (Supervisor() == nullptr) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -275,13 +275,16 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
               const sigset_t& signals, uint64_t log_offset);
 
 int RunJob(const RunOptions& options) {
-  auto spec = spec::ParseJobSpecFile(options.job_file);
-  if (!spec.ok()) {
-    std::cerr << "shoal: invalid job file:\n" << spec.status().message() << "\n";
+  // Read once: these bytes are validated here and stored as the job's spec.yaml, which is what
+  // the master runs. A second read could see a file edited meanwhile, or an emptied pipe.
+  auto job_file = spec::ReadJobFile(options.job_file);
+  if (!job_file.ok()) {
+    std::cerr << "shoal: invalid job file:\n" << job_file.status().message() << "\n";
     return kExitUsage;
   }
-  if (spec->tensorboard.configured) {
-    if (auto command = master::ResolveTensorBoardCommand(spec->tensorboard); !command.ok()) {
+  const spec::JobSpec& job = job_file->spec;
+  if (job.tensorboard.configured) {
+    if (auto command = master::ResolveTensorBoardCommand(job.tensorboard); !command.ok()) {
       std::cerr << "shoal: invalid job file:\n"
                 << options.job_file << ": " << command.status().message() << "\n";
       return kExitUsage;
@@ -294,11 +297,11 @@ int RunJob(const RunOptions& options) {
     spec::InventoryOptions inv_options;
     inv_options.fake_gpus = options.fake_gpus;
     spec::MachineInventory machine = spec::DetectLocalInventory(inv_options);
-    if (auto st = spec::CheckFitsMachine(*spec, machine); !st.ok()) {
+    if (auto st = spec::CheckFitsMachine(job, machine); !st.ok()) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;
     }
-    if (auto st = CheckLocalPortsFit(*spec); !st.ok()) {
+    if (auto st = CheckLocalPortsFit(job); !st.ok()) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;
     }
@@ -340,7 +343,7 @@ int RunJob(const RunOptions& options) {
       if (options.time_limit) slurm["time_limit_ms"] = checked->slurm.time_limit.count();
     }
     if (auto st = CheckComponentsFitPartition(
-            *spec, options.partition ? *options.partition : spec->slurm.partition);
+            job, options.partition ? *options.partition : job.slurm.partition);
         !st.ok()) {
       std::cerr << "shoal: the job can never run on this Slurm partition: " << st.message()
                 << "\n";
@@ -369,7 +372,7 @@ int RunJob(const RunOptions& options) {
     if (options.node_label) {
       flags += "  node_label: \"" + absl::CEscape(*options.node_label) + "\"\n";
     }
-    spec::YarnConfig request = spec->yarn;
+    spec::YarnConfig request = job.yarn;
     if (!flags.empty()) {
       auto checked = spec::ParseJobSpec("yarn:\n" + flags + "roles:\n  r: {command: [x]}\n",
                                         "command line", ".");
@@ -492,13 +495,12 @@ int RunJob(const RunOptions& options) {
       return kExitUsage;
     }
   }
-  auto text = ReadFile(options.job_file);
   auto token = NewToken();
-  if (!text.ok() || !token.ok()) {
-    std::cerr << "shoal: " << (text.ok() ? token.status() : text.status()).message() << "\n";
+  if (!token.ok()) {
+    std::cerr << "shoal: " << token.status().message() << "\n";
     return kExitJobFailed;
   }
-  std::string job_id = NewJobId(spec->name);
+  std::string job_id = NewJobId(job.name);
   std::string job_dir = absl::StrCat(options.jobs_root, "/", job_id);
   nlohmann::json submit = {
       {"job_id", job_id},
@@ -512,7 +514,7 @@ int RunJob(const RunOptions& options) {
   if (!yarn.empty()) submit["yarn"] = yarn;
   if (options.fake_gpus) submit["fake_gpus"] = *options.fake_gpus;
   absl::Status st = MakeDirs(job_dir);
-  if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", *text);
+  if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", job_file->text);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/token", *token + "\n", 0600);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/submit.json", submit.dump(2));
   if (!st.ok()) {
@@ -538,7 +540,7 @@ int RunJob(const RunOptions& options) {
     std::cout << job_id << "\n";
     return kExitOk;
   }
-  return FollowJob(options.shoal_binary, job_dir, job_id, spec->TotalTasks(), options.quiet,
+  return FollowJob(options.shoal_binary, job_dir, job_id, job.TotalTasks(), options.quiet,
                    signals, /*log_offset=*/0);
 }
 

@@ -11,10 +11,11 @@ namespace shoal::frameworks {
 
 using Environment = std::map<std::string, std::string>;
 
-// The environment a task gets from Shoal, on top of the agent's own and below the role's `env`:
-// SHOAL_* for every framework, plus what the job's framework's own launcher would set
-// (for pytorch: the torchrun contract). Pure: same inputs, same output. docs/environment.md
-// lists every variable.
+// The environment a task gets from the master: SHOAL_* for every framework, plus what the job's
+// framework's own launcher would set (for pytorch: the torchrun contract), then the role's `env`
+// over them (the parser keeps reserved SHOAL_* names out of it). The agent puts this over the
+// environment it inherited and adds its own (agent::TaskEnvironment). Pure: same inputs, same
+// output. docs/environment.md lists every variable and says what wins.
 Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& plan,
                                  const TaskPlacement& task);
 
@@ -22,8 +23,8 @@ Environment BuildTaskEnvironment(const spec::JobSpec& job, const ClusterPlan& pl
 // keyed by variable: SHOAL_JOB_DIR, SHOAL_CHECKPOINT_DIR, SHOAL_TENSORBOARD_LOGDIR, where they
 // hold an absolute path. The agent creates them before exec, on the task's node (a script that
 // only calls torch.save into SHOAL_CHECKPOINT_DIR must not fail for a missing parent). A URL
-// (hdfs://...) is left to the SDK's storage, which creates it; a relative value (only a role's
-// own `env` can give one) is the script's to make.
+// (hdfs://...) is left to the SDK's storage, which creates it; a relative value (none comes from
+// a parsed job file, whose paths are resolved and whose env cannot set these) is skipped.
 Environment LocalDirectories(const Environment& env);
 
 // What a task of `role` runs: its command (an argv, or /bin/sh -c for a shell string), except

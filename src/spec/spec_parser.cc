@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "common/byte_size.h"
 #include "common/duration.h"
+#include "spec/task_variables.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/parser.h"
 #include "yaml-cpp/yaml.h"
@@ -1635,6 +1636,11 @@ class Parser {
               "variable names must hold only letters, digits and '_' and not start with a digit");
         continue;
       }
+      // Refused rather than overridden in silence: the task would run with Shoal's value.
+      if (std::optional<std::string> why = WhyReserved(v.key)) {
+        Error(v.line, var_key, *why);
+        continue;
+      }
       if (v.value.IsScalar() && HasNul(v.value.Scalar())) {
         Error(v.line, var_key, kNulMessage);
         continue;
@@ -1876,17 +1882,18 @@ class Parser {
   bool merge_refused_ = false;
 };
 
-// Reads the whole file; the error names the path and the reason.
-absl::StatusOr<std::string> ReadJobFile(const std::string& path) {
+// Reads the whole file, once: a pipe (`shoal run <(generate-job)`) has nothing left to read a
+// second time. The error names the path and the reason.
+absl::StatusOr<std::string> ReadJobFileText(const std::string& path) {
   auto refuse = [&path](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read the job file: ", why));
   };
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return refuse(std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
     ::close(fd);
-    return refuse("not a regular file");
+    return refuse("not a regular file or a pipe");
   }
   std::string text;
   char buf[65536];
@@ -1924,12 +1931,20 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
   }
 }
 
-absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadJobFile(path);
+absl::StatusOr<JobFile> ReadJobFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadJobFileText(path);
   if (!text.ok()) return text.status();
   // The file's own directory, so that working_dir means the same wherever shoal is run from.
   std::string dir = std::filesystem::path(AbsoluteBaseDir(path)).parent_path().string();
-  return ParseJobSpec(*text, path, dir);
+  absl::StatusOr<JobSpec> spec = ParseJobSpec(*text, path, dir);
+  if (!spec.ok()) return spec.status();
+  return JobFile{*std::move(text), *std::move(spec)};
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
+  absl::StatusOr<JobFile> file = ReadJobFile(path);
+  if (!file.ok()) return file.status();
+  return std::move(file->spec);
 }
 
 absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine) {

@@ -9,6 +9,18 @@
 
 namespace shoal::spec {
 
+// A job file as read: its bytes, exactly, and the spec validated from those bytes. The client
+// stores `text` as the job's spec.yaml, which the master parses and runs: what runs is what was
+// checked, even if the file changes after it was read.
+struct JobFile {
+  std::string text;
+  JobSpec spec;
+};
+
+// Reads the job file at `path` once (a regular file, or a pipe such as `<(generate-job)`) and
+// validates those bytes, as ParseJobSpecFile does.
+absl::StatusOr<JobFile> ReadJobFile(const std::string& path);
+
 // Reads and validates the job file at `path`. Relative working_dir values are resolved against
 // the file's directory; messages and JobSpec::source_path name the file as `path` spells it.
 // Any problem, an unreadable file included, is an InvalidArgument whose message holds one line

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import stat
+import threading
 
 import shoal_e2e as e2e
 
@@ -66,6 +67,36 @@ roles:
     for key in ("job_id", "name", "state", "reason", "tasks"):
         assert on_disk[key] == shown[key], key
     assert on_disk["state"] == "succeeded"
+
+
+def test_job_file_is_read_once_and_stored_as_read(tmp_path, run_shoal, jobs_dir):
+    """Issue 24: the client validated the job file, then read it again for spec.yaml, so what ran
+    could differ from what was checked. A named pipe can be read only once: the job runs only if
+    the bytes validated are the bytes stored, and spec.yaml holds exactly those."""
+    text = (b"# from a pipe\r\nname: piped\r\nroles:\r\n  worker:\r\n"
+            b"    command: [\"/bin/sh\", \"-c\", \"echo ran\"]\r\n    resources: {cpus: 0.25}")
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+
+    def write_once():
+        try:
+            with open(fifo, "wb") as f:  # blocks until shoal opens it
+                f.write(text)
+        except BrokenPipeError:
+            pass  # shoal closed it unread; the assertions below say so
+
+    writer = threading.Thread(target=write_once, daemon=True)
+    writer.start()
+    try:
+        r = run_shoal("run", "-q", fifo, timeout=60)
+    finally:
+        # Lets the writer go should shoal never have opened the pipe.
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr[-3000:]}"
+    assert "worker:0 | ran" in r.stdout.splitlines(), r.stdout
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    assert (job_dir / "spec.yaml").read_bytes() == text
 
 
 def test_relative_job_file_path(write_job, run_shoal, jobs_dir, tmp_path):

@@ -140,6 +140,12 @@ GENERATED = {
         "    env: &env {A: [1]}\n"
         "  evaluator:\n    command: [\"/bin/true\"]\n    env: *env\n",
         ("env: *env", 1), "A", "roles.evaluator.env.A: must be a string"),
+    # Issue 24: the agent set it after the role's env, so the value written here was dropped.
+    "reserved_shoal_variable_in_env": (
+        "name: bad\nroles:\n  worker:\n    command: [\"/bin/true\"]\n"
+        "    env: {OMP_NUM_THREADS: 2, SHOAL_AGENT_SOCKET: /tmp/sock}\n",
+        ("env:", 1), "SHOAL_AGENT_SOCKET",
+        "roles.worker.env.SHOAL_AGENT_SOCKET: reserved: Shoal sets SHOAL_AGENT_SOCKET itself"),
     # Was "illegal map value".
     "tab_indentation": (
         "name: bad\nroles:\n  worker:\n\tcommand: [\"/bin/true\"]\n",

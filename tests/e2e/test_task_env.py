@@ -222,3 +222,22 @@ def test_a_malformed_task_port_range_is_refused_before_anything_starts(write_job
     assert r.returncode == 2, f"rc={r.returncode}\n{r.stderr}"
     assert f"SHOAL_TASK_PORTS='{value}'" in r.stderr and why in r.stderr, r.stderr
     assert not e2e.job_dirs(jobs_dir), "a job directory was created"
+
+
+def test_reserved_variables_come_only_from_shoal(write_job, run_shoal):
+    """Issue 24, docs/environment.md "What wins": a reserved name in the environment shoal was
+    started with (here as an enclosing Shoal task would leave it) is not this task's, so it is
+    not passed on; a SHOAL_* setting Shoal does not set itself is."""
+    job = write_job("""
+        name: inherited
+        roles:
+          worker:
+            command: ["/bin/sh", "-c",
+                      'echo "tb=${SHOAL_TENSORBOARD_LOGDIR-unset} hdfs=$SHOAL_WEBHDFS"']
+            resources: {cpus: 0.25}
+        """)
+    r = run_shoal("run", "-q", job, timeout=60,
+                  env={"SHOAL_TENSORBOARD_LOGDIR": "/outer/tensorboard",
+                       "SHOAL_WEBHDFS": "http://nn:9870"})
+    assert r.returncode == 0, r.stderr
+    assert "worker:0 | tb=unset hdfs=http://nn:9870" in r.stdout.splitlines(), r.stdout

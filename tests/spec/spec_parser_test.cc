@@ -1,12 +1,16 @@
 #include "spec/spec_parser.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -402,6 +406,31 @@ TEST(SpecParserTest, RejectsInvalidEnvName) {
   std::string msg = Refusal("name: j\nroles:\n  w:\n    command: [x]\n    env: {A=B: 1}\n");
   EXPECT_THAT(msg, HasSubstr("job.yaml:5: roles.w.env.A=B: variable names must hold only "
                              "letters, digits and '_'"));
+}
+
+// Issue 24: the agent set SHOAL_PROGRESS_FILE and friends after the role's env, so a value
+// written in the job file was dropped without a word.
+TEST(SpecParserTest, RejectsReservedShoalVariablesInEnvNamingEachAndWhy) {
+  std::string msg = Refusal(
+      "name: j\nroles:\n  w:\n    command: [x]\n    env:\n      SHOAL_RANK: 3\n"
+      "      KEEP_ME: 1\n      SHOAL_PROGRESS_FILE: /tmp/p\n      SHOAL_CHECKPOINT_DIR: /ckpt\n");
+  std::vector<std::string> lines = Lines(msg);
+  ASSERT_EQ(lines.size(), 3u) << msg;
+  EXPECT_EQ(lines[0],
+            "job.yaml:6: roles.w.env.SHOAL_RANK: reserved: Shoal sets SHOAL_RANK itself "
+            "(docs/environment.md), so a role's env cannot change it");
+  EXPECT_THAT(lines[1], HasSubstr("job.yaml:8: roles.w.env.SHOAL_PROGRESS_FILE: reserved: "));
+  EXPECT_THAT(lines[2], HasSubstr("job.yaml:9: roles.w.env.SHOAL_CHECKPOINT_DIR: reserved: "
+                                  "Shoal sets SHOAL_CHECKPOINT_DIR itself"));
+  EXPECT_THAT(lines[2], HasSubstr("; set checkpoint.dir instead"));
+}
+
+// Settings the SDK reads but Shoal does not set (SHOAL_WEBHDFS) are the user's to give.
+TEST(SpecParserTest, AcceptsShoalNamesThatShoalDoesNotSet) {
+  absl::StatusOr<JobSpec> spec = Parse(
+      "name: j\nroles:\n  w:\n    command: [x]\n    env: {SHOAL_WEBHDFS: \"http://nn:9870\"}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_THAT(spec->roles[0].env, ElementsAre(Pair("SHOAL_WEBHDFS", "http://nn:9870")));
 }
 
 TEST(SpecParserTest, RejectsNumberAsCommand) {
@@ -1588,6 +1617,42 @@ TEST(SpecParserTest, RejectsMissingFileNamingThePath) {
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(spec.status().message(),
             "/nonexistent/dir/job.yaml: cannot read the job file: No such file or directory");
+}
+
+// Issue 24: the client validated one read of the job file and stored another as spec.yaml.
+// ReadJobFile hands back the very bytes it validated, whatever they hold.
+TEST(SpecParserTest, ReadJobFileReturnsTheBytesItValidated) {
+  std::filesystem::path dir = MakeTempDir("read_once");
+  std::string text = "# kept\r\nname: j\r\nroles:\r\n  a: {command: [x]}  # no newline at end";
+  WriteText(dir / "job.yaml", text);
+  absl::StatusOr<JobFile> file = ReadJobFile((dir / "job.yaml").string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->text, text);
+  EXPECT_EQ(file->spec.name, "j");
+  EXPECT_EQ(file->spec.source_path, (dir / "job.yaml").string());
+}
+
+// A pipe can be read only once: `shoal run <(generate-job)` works only if nothing reads the
+// job file a second time.
+TEST(SpecParserTest, ReadJobFileReadsAPipeOnce) {
+  std::filesystem::path dir = MakeTempDir("pipe");
+  std::string fifo = (dir / "job.yaml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string text = "name: piped\nroles:\n  a: {command: [x]}\n";
+  ::signal(SIGPIPE, SIG_IGN);  // a reader that gives up must fail the test, not kill it
+  std::thread writer([&] {
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    [[maybe_unused]] ssize_t n = ::write(fd, text.data(), text.size());
+    ::close(fd);
+  });
+  absl::StatusOr<JobFile> file = ReadJobFile(fifo);
+  // Lets the writer go should the reader never have opened the pipe.
+  if (int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC); fd >= 0) ::close(fd);
+  writer.join();
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->text, text);
+  EXPECT_EQ(file->spec.name, "piped");
 }
 
 TEST(SpecParserTest, RejectsDirectoryGivenAsJobFile) {
