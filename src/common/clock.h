@@ -70,8 +70,8 @@ class FakeClock final : public Clock {
   mutable std::mutex mu_;
   Duration elapsed_{0};
   int64_t start_unix_ms_;
-  // Held while the listeners run, and never while mu_ is: a listener's sleeper reads Now()
-  // under its own lock, so Now() must not wait for a listener.
+  // Held while the listeners run (so that removing one waits for its call), never together
+  // with mu_: a listener takes its sleeper's lock, under which the sleeper reads Now().
   std::mutex listeners_mu_;
   std::map<uint64_t, std::function<void()>> listeners_;
   uint64_t next_listener_id_ = 1;
