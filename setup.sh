@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
 
-# Build toolchain and libraries (C++), the demo's Python stack, benchmark anchors,
+# Build toolchain and libraries (C++; clang only checks the locking annotations,
+# tests/thread_safety), the demo's Python stack, benchmark anchors,
 # Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh), and Java with
 # Maven (the YARN backend's test cluster, tests/yarn/cluster.sh).
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git clang-14
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libssl-dev libboost-dev libsimdjson-dev

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "agent/free_ports.h"
 #include "agent/task_directories.h"
 #include "agent/task_environment.h"
@@ -244,7 +245,7 @@ Agent::~Agent() { Shutdown(); }
 
 void Agent::Shutdown() {
   shutting_down_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (supervisor_ready_.valid()) supervisor_ready_.wait();
   supervisor_.reset();  // kills anything left
@@ -258,7 +259,7 @@ void Agent::Send(const v1::AgentMessage& message) { link_->Send(message); }
 void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
   uint32_t attempt = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (starting_.count(key)) {
       early_exits_[key] = exit;  // Launch sends it right after TaskStarted
       return;
@@ -267,7 +268,7 @@ void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
     stopping_.erase(key);
     attempt = attempts_[key];
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   sdk_->TaskEnded(key, attempt);
   v1::AgentMessage m;
   auto [role, index] = SplitKey(key);
@@ -319,7 +320,7 @@ bool Agent::Connect() {
     spdlog::warn("{}", short_of_ports);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& key : live_) {
       auto [role, index] = SplitKey(key);
       auto* t = r->add_running_tasks();
@@ -350,8 +351,10 @@ int Agent::Run() {
         exit_code = 1;
         break;
       }
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, options_.reconnect_interval, [&] { return stop_requested_.load(); });
+      absl::MutexLock lock(&mu_);
+      const absl::Time retry_at = absl::Now() + absl::FromChrono(options_.reconnect_interval);
+      while (!stop_requested_ && !cv_.WaitWithDeadline(&mu_, retry_at)) {
+      }
       continue;
     }
     if (ever_connected) spdlog::info("reconnected to the master at {}", options_.master_address);
@@ -368,7 +371,7 @@ int Agent::Run() {
   }
   StopTasksAndWait(exit_code == 0 ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(0));
   shutting_down_ = true;
-  cv_.notify_all();
+  cv_.SignalAll();
   log_batcher_->Flush();
   link_->Finish();
   return exit_code;
@@ -384,7 +387,7 @@ void Agent::RequestStop(const std::string& why) {
   stop_requested_ = true;
   shutting_down_ = true;
   link_->Close();
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Agent::HandleMessage(const v1::MasterMessage& message) {
@@ -416,7 +419,7 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       for (const auto& t : message.stop().tasks()) {
         std::string key = KeyOf(t.role(), t.index());
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          absl::MutexLock lock(&mu_);
           if (!live_.count(key)) continue;
           stopping_.insert(key);
         }
@@ -468,7 +471,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
     return fail(std::string(st.message()));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (live_.count(key)) {
       // The master only relaunches a task once its previous attempt was reported gone.
       spdlog::error("refusing to launch {} attempt {}: attempt {} still runs", key,
@@ -499,7 +502,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
   spec.env = TaskEnvironment(env_inputs);
   if (Supervisor() == nullptr) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       starting_.erase(key);
       live_.erase(key);
     }
@@ -508,7 +511,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
   auto pid = supervisor_->Launch(spec);
   if (!pid.ok()) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       starting_.erase(key);
       live_.erase(key);
     }
@@ -520,7 +523,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
   Send(reply);
   std::optional<ProcessExit> early;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     starting_.erase(key);
     if (auto it = early_exits_.find(key); it != early_exits_.end()) {
       early = it->second;
@@ -531,18 +534,20 @@ void Agent::Launch(const v1::MasterMessage& message) {
 }
 
 void Agent::HeartbeatLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (!shutting_down_) {
-    cv_.wait_for(lock, options_.heartbeat_interval, [&] { return shutting_down_.load(); });
+    const absl::Time beat_at = absl::Now() + absl::FromChrono(options_.heartbeat_interval);
+    while (!shutting_down_ && !cv_.WaitWithDeadline(&mu_, beat_at)) {
+    }
     if (shutting_down_) break;
     if (options_.watchdog_limit.count() > 0 && !watchdog_) {
       // Started one heartbeat after the agent, not beside its registration: a process start
       // costs ~7 ms of CPU here, which on a loaded node delayed every task of the gang (5 ms of
       // a 50 ms launch budget on 2 cores), and a job shorter than a heartbeat never needs it.
       // Until then a hang is the master's to see (silent agent) and the backend's to end.
-      lock.unlock();
+      mu_.Unlock();
       auto watchdog = AgentWatchdog::Start(options_.shoal_binary, options_.watchdog_limit);
-      lock.lock();
+      mu_.Lock();
       if (watchdog.ok()) {
         watchdog_ = std::move(*watchdog);
       } else {
@@ -555,7 +560,7 @@ void Agent::HeartbeatLoop() {
     v1::AgentMessage m;
     auto* hb = m.mutable_heartbeat();
     hb->set_sequence(++heartbeat_seq_);
-    lock.unlock();
+    mu_.Unlock();
     for (const auto& p : sdk_->TakeProgress()) {
       auto [role, index] = SplitKey(p.task);
       auto* t = hb->add_tasks();
@@ -565,8 +570,9 @@ void Agent::HeartbeatLoop() {
       t->set_step(p.step);
     }
     Send(m);
-    lock.lock();
+    mu_.Lock();
   }
+  mu_.Unlock();
 }
 
 ProcessSupervisor* Agent::Supervisor() {
@@ -576,8 +582,10 @@ ProcessSupervisor* Agent::Supervisor() {
 void Agent::StopTasksAndWait(std::chrono::milliseconds grace) {
   if (Supervisor() == nullptr) return;
   supervisor_->StopAll(grace);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, grace + std::chrono::seconds(5), [&] { return live_.empty(); });
+  absl::MutexLock lock(&mu_);
+  const absl::Time give_up_at = absl::Now() + absl::FromChrono(grace + std::chrono::seconds(5));
+  while (!live_.empty() && !cv_.WaitWithDeadline(&mu_, give_up_at)) {
+  }
 }
 
 }  // namespace shoal::agent

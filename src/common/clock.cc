@@ -39,9 +39,25 @@ int64_t FakeClock::UnixMicros() const {
          std::chrono::duration_cast<std::chrono::microseconds>(elapsed_).count();
 }
 
+uint64_t FakeClock::AddAdvanceListener(std::function<void()> on_advance) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  uint64_t id = next_listener_id_++;
+  listeners_.emplace(id, std::move(on_advance));
+  return id;
+}
+
+void FakeClock::RemoveAdvanceListener(uint64_t id) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  listeners_.erase(id);
+}
+
 void FakeClock::Advance(Duration d) {
-  std::lock_guard<std::mutex> lock(mu_);
-  elapsed_ += d;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    elapsed_ += d;
+  }
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  for (auto& [id, on_advance] : listeners_) on_advance();
 }
 
 }  // namespace shoal

@@ -2,7 +2,19 @@
 
 namespace shoal {
 
-EventLoop::~EventLoop() { Stop(); }
+EventLoop::EventLoop(Clock* clock) : clock_(clock) {
+  advance_listener_ = clock_->AddAdvanceListener([this] {
+    // Taken and let go before the notify: the loop is then either still before its look at
+    // Now() (and sees the new time) or already waiting (and gets the notify), never in between.
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_one();
+  });
+}
+
+EventLoop::~EventLoop() {
+  Stop();
+  clock_->RemoveAdvanceListener(advance_listener_);
+}
 
 void EventLoop::Start(Task after_batch) {
   after_batch_ = std::move(after_batch);
@@ -31,7 +43,7 @@ uint64_t EventLoop::PostAfter(std::chrono::nanoseconds delay, Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_timer_id_++;
-    timers_.emplace(std::chrono::steady_clock::now() + delay, std::make_pair(id, std::move(task)));
+    timers_.emplace(clock_->Now() + delay, std::make_pair(id, std::move(task)));
   }
   cv_.notify_one();
   return id;
@@ -53,7 +65,7 @@ void EventLoop::Run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
-        auto now = std::chrono::steady_clock::now();
+        auto now = clock_->Now();
         while (!timers_.empty() && timers_.begin()->first <= now) {
           batch.push_back(std::move(timers_.begin()->second.second));
           timers_.erase(timers_.begin());
@@ -64,10 +76,12 @@ void EventLoop::Run() {
         }
         if (!batch.empty()) break;
         if (stopping_) return;
-        if (timers_.empty()) {
+        auto wake = timers_.empty() ? std::chrono::steady_clock::time_point::max()
+                                    : clock_->WakeTime(timers_.begin()->first);
+        if (wake == std::chrono::steady_clock::time_point::max()) {
           cv_.wait(lock);
         } else {
-          cv_.wait_until(lock, timers_.begin()->first);
+          cv_.wait_until(lock, wake);
         }
       }
     }

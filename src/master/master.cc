@@ -139,6 +139,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
 Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend)
     : options_(std::move(options)),
       backend_(std::move(backend)),
+      loop_(options_.clock),
       state_(options_.spec),
       policy_(options_.spec) {
   created_unix_ms_ = options_.clock->UnixMillis();

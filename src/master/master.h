@@ -69,6 +69,8 @@ struct MasterOptions {
   // Take over a job whose previous master died: rebuild its state from events.jsonl, listen on
   // the address it listened on, and re-attach to the agents and tasks still running.
   bool recover = false;
+  // Every time the master reads and every timer of its loop (heartbeat checks, settling and
+  // restart delays, status throttling). Must outlive the master.
   Clock* clock = SystemClock::Get();
 };
 

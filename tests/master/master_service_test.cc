@@ -133,6 +133,15 @@ class MasterServiceTest : public ::testing::Test {
     return out;
   }
 
+  // Waits, up to 10 s of real time, for the master's loop to journal a record of `type`.
+  bool JournalGets(const std::string& type) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Events(type).empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return !Events(type).empty();
+  }
+
   FakeClock clock_;
   std::filesystem::path dir_;
   std::unique_ptr<Master> master_;
@@ -267,15 +276,27 @@ TEST_F(MasterServiceTest, SilentAgentIsDeclaredLostOnceItsHeartbeatsAreMissed) {
   ASSERT_TRUE(reply.register_reply().accepted()) << reply.register_reply().reason();
   EXPECT_TRUE(Events("agent_silent").empty());
   clock_.Advance(std::chrono::seconds(10));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (Events("agent_silent").empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  ASSERT_TRUE(JournalGets("agent_silent"));
   auto silent = Events("agent_silent");
   ASSERT_EQ(silent.size(), 1u);
   EXPECT_EQ(silent[0].value("node", ""), "node-a");
   ctx.TryCancel();
   stream->Finish();
+}
+
+// The registration deadline is a timer of the master's loop on the master's clock: 30 s of it
+// pass in an instant, and nobody sleeps for them.
+TEST_F(MasterServiceTest, AgentThatNeverRegistersFailsTheJobOnceTheRegisterTimeoutHasPassed) {
+  // Admitted means the deadline is set: both happen in one batch of the loop, journalled after.
+  ASSERT_TRUE(JournalGets("admitted"));
+  EXPECT_TRUE(Events("job_finished").empty());
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(JournalGets("job_finished")) << "the register timeout never fired";
+  auto finished = Events("job_finished");
+  EXPECT_EQ(finished[0].value("outcome", ""), "failed");
+  EXPECT_NE(finished[0].value("reason", "").find("node-a did not register within 30.0s"),
+            std::string::npos)
+      << finished[0].dump();
 }
 
 class ResourceManagerSignalsTasksTest : public MasterServiceTest {
@@ -337,6 +358,9 @@ TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledAsItsAgentGoesIsLostWithItsPl
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both handled before the end
   ctx.TryCancel();
   stream->Finish();
+  // The clock moves on only once the master has seen the agent go: moved before, it would
+  // show the agent silent (the master checks heartbeats as soon as time passes).
+  ASSERT_TRUE(JournalGets("agent_disconnected"));
 
   auto finished = FinishedAfterSettling();
   ASSERT_FALSE(finished.is_null()) << "the job never finished";

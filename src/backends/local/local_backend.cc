@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/byte_size.h"
 #include "agent/exec_plan.h"
 #include "common/files.h"
@@ -180,7 +181,7 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
   if (!child.ok()) return child.status();
   pid_t pid = child->pid;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     agent_pid_ = pid;
   }
   watcher_ = std::thread([this, pid] { WatchAgent(pid, /*child=*/true); });
@@ -203,7 +204,7 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
 absl::Status LocalBackend::ReplacePlace(const std::string& node,
                                         const AgentStartOptions& options) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (agent_pid_ > 0) {
       return absl::FailedPreconditionError("the local agent is still running");
     }
@@ -253,7 +254,7 @@ absl::Status LocalBackend::Reattach(const std::string& job_id,
     if (!dirs.empty()) agent_cgroup_ = std::make_unique<agent::TaskCgroup>(std::move(dirs));
     reservation_.agent_pid = pid;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       agent_pid_ = pid;
     }
     watcher_ = std::thread([this, pid] { WatchAgent(pid, /*child=*/false); });
@@ -285,9 +286,9 @@ void LocalBackend::WatchAgent(pid_t pid, bool child) {
   PlaceLostCallback callback;
   std::string why;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     agent_pid_ = -1;
-    agent_exited_.notify_all();
+    agent_exited_.SignalAll();
     if (releasing_) return;
     callback = on_lost_;
   }
@@ -303,7 +304,7 @@ void LocalBackend::WatchAgent(pid_t pid, bool child) {
 
 void LocalBackend::KillAgentAndTasks() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (agent_pid_ > 0) ::kill(agent_pid_, SIGKILL);
   }
   if (agent_cgroup_) agent_cgroup_->KillAll();
@@ -312,26 +313,30 @@ void LocalBackend::KillAgentAndTasks() {
 void LocalBackend::TerminatePlace(const std::string& node) { KillAgentAndTasks(); }
 
 void LocalBackend::SetPlaceLostCallback(PlaceLostCallback callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   on_lost_ = std::move(callback);
 }
 
 void LocalBackend::Release() {
   pid_t pid;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     releasing_ = true;
     pid = agent_pid_;
   }
   if (pid > 0) {
     // The master has normally sent the agent a Shutdown already and it is exiting; SIGTERM makes
     // it stop its tasks either way, and SIGKILL follows if it does not exit in time.
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!agent_exited_.wait_for(lock, std::chrono::milliseconds(500), [&] { return agent_pid_ < 0; })) {
+    absl::MutexLock lock(&mu_);
+    absl::Time give_up_at = absl::Now() + absl::Milliseconds(500);
+    while (agent_pid_ >= 0 && !agent_exited_.WaitWithDeadline(&mu_, give_up_at)) {
+    }
+    if (agent_pid_ >= 0) {
       ::kill(pid, SIGTERM);
-      if (!agent_exited_.wait_for(lock, std::chrono::seconds(5), [&] { return agent_pid_ < 0; })) {
-        ::kill(pid, SIGKILL);
+      give_up_at = absl::Now() + absl::Seconds(5);
+      while (agent_pid_ >= 0 && !agent_exited_.WaitWithDeadline(&mu_, give_up_at)) {
       }
+      if (agent_pid_ >= 0) ::kill(pid, SIGKILL);
     }
   }
   // Whatever the agent left (it was killed, or a task escaped it) dies with its cgroup.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/backend.h"
 #include "agent/resource_limits.h"
 #include "backends/local/resource_ledger.h"
@@ -53,8 +54,8 @@ class LocalBackend final : public Backend {
   ResourceLedger ledger_;
   Reservation reservation_;
   std::string job_id_;
-  std::mutex mu_;
-  std::condition_variable agent_exited_;
+  absl::Mutex mu_;  // annotated, unlike std::mutex: clang checks the ABSL_GUARDED_BY below
+  absl::CondVar agent_exited_;
   pid_t agent_pid_ ABSL_GUARDED_BY(mu_) = -1;
   bool releasing_ ABSL_GUARDED_BY(mu_) = false;
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);

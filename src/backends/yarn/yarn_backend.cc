@@ -259,19 +259,19 @@ void YarnBackend::RemoveStagingDir() {
 void YarnBackend::Watch() {
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stop_watching_) return;
     }
     std::string am;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       am = am_address_;
     }
     auto now = std::chrono::steady_clock::now();
     if (am.empty() || now - last_rm_poll_ >= options_.rm_poll_interval) {
       last_rm_poll_ = now;
       if (!PollResourceManager()) return;
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       am = am_address_;
     }
     if (am.empty()) {
@@ -299,7 +299,7 @@ bool YarnBackend::PollResourceManager() {
     AllocationEventCallback on_event;
     bool gang, refused;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ended_ = true;
       if (releasing_) return false;
       on_lost = on_lost_;
@@ -338,7 +338,7 @@ bool YarnBackend::PollResourceManager() {
     std::string am = a.value("amRPCAddress", "");
     if (!am.empty() && am != "N/A" && am.find(':') != std::string::npos &&
         !absl::EndsWith(am, ":-1") && !absl::EndsWith(am, ":0")) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       am_address_ = am;
     }
     return true;
@@ -357,7 +357,7 @@ void YarnBackend::PollApplicationMaster() {
   int64_t after;
   std::deque<Command> commands;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     am = am_address_;
     launch_sent = launch_sent_;
     after = events_seen_;
@@ -373,7 +373,7 @@ void YarnBackend::PollApplicationMaster() {
       std::this_thread::sleep_for(Ms(100));
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     launch_sent_ = true;
   }
   for (const auto& c : commands) {
@@ -397,7 +397,7 @@ void YarnBackend::PollApplicationMaster() {
                   e.value("node", ""), e.value("exit_status", 0), e.value("diagnostics", ""),
                   e.value("allocated", 0), e.value("wanted", 0));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   events_seen_ = std::max(events_seen_, reply->value("next", after));
 }
 
@@ -407,7 +407,7 @@ void YarnBackend::HandleAmEvent(const std::string& kind, const std::string& plac
                                 int wanted) {
   AllocationEventCallback on_event;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (releasing_) return;
     on_event = on_event_;
   }
@@ -415,7 +415,7 @@ void YarnBackend::HandleAmEvent(const std::string& kind, const std::string& plac
     spdlog::info("YARN allocated {} on {} for {}", container, node, place);
     bool gang;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       gang = gang_;
     }
     if (!gang && allocated < wanted) {
@@ -424,7 +424,7 @@ void YarnBackend::HandleAmEvent(const std::string& kind, const std::string& plac
     }
   } else if (kind == "gang") {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       gang_ = true;
     }
     std::string why = absl::StrCat("YARN allocated all ", places_.size(),
@@ -440,7 +440,7 @@ void YarnBackend::HandleAmEvent(const std::string& kind, const std::string& plac
     Lose(place, why);
   } else if (kind == "refused") {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (refused_) return;
       refused_ = true;
     }
@@ -455,7 +455,7 @@ void YarnBackend::HandleAmEvent(const std::string& kind, const std::string& plac
 void YarnBackend::Queued(const std::string& reason) {
   AllocationEventCallback on_event;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (releasing_ || gang_ || reason == last_queued_reason_) return;
     last_queued_reason_ = reason;
     on_event = on_event_;
@@ -467,7 +467,7 @@ void YarnBackend::Queued(const std::string& reason) {
 void YarnBackend::Lose(const std::string& place, const std::string& why) {
   PlaceLostCallback on_lost;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (releasing_) return;
     on_lost = on_lost_;
   }
@@ -476,22 +476,22 @@ void YarnBackend::Lose(const std::string& place, const std::string& why) {
 }
 
 void YarnBackend::SetPlaceLostCallback(PlaceLostCallback callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   on_lost_ = std::move(callback);
 }
 
 void YarnBackend::SetAllocationEventCallback(AllocationEventCallback callback) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   on_event_ = std::move(callback);
 }
 
 void YarnBackend::TerminatePlace(const std::string& node) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   commands_.push_back({"/stop", node});
 }
 
 absl::Status YarnBackend::ReplacePlace(const std::string& node, const AgentStartOptions&) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (am_address_.empty() || ended_) {
     return absl::FailedPreconditionError(
         absl::StrCat("the YARN application ", app_id_, " has no application master running"));
@@ -503,7 +503,7 @@ absl::Status YarnBackend::ReplacePlace(const std::string& node, const AgentStart
 }
 
 void YarnBackend::SetOutcome(Outcome outcome, const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   outcome_ = outcome;
   outcome_reason_ = reason;
 }
@@ -531,7 +531,7 @@ void YarnBackend::Release() {
   std::string reason, am;
   bool ended;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (released_) return;
     released_ = true;
     releasing_ = true;
@@ -542,7 +542,7 @@ void YarnBackend::Release() {
   if (watcher_.joinable()) watcher_.join();
   if (app_id_.empty()) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ended = ended_;
     am = am_address_;
   }

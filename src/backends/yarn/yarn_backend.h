@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
 #include "backends/yarn/yarn_request.h"
@@ -121,7 +122,7 @@ class YarnBackend final : public Backend {
   std::string token_;
   std::string staging_dir_;  // on HDFS, once created
 
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;  // annotated, unlike std::mutex: clang checks what it guards
   std::string am_address_ ABSL_GUARDED_BY(mu_);  // host:port of the AM's HTTP API, once known
   bool launch_sent_ ABSL_GUARDED_BY(mu_) = false;
   bool gang_ ABSL_GUARDED_BY(mu_) = false;
