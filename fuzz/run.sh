@@ -33,10 +33,11 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
 start=$SECONDS
+mkdir -p "$build"
 if [ ! -f "$build/build.ninja" ]; then
   CXX=$cxx CC=$cc cmake -S . -B "$build" -G Ninja -DSHOAL_FUZZ=ON \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build.configure.log" 2>&1 || {
-    cat "$build.configure.log" >&2
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >"$build/configure.log" 2>&1 || {
+    cat "$build/configure.log" >&2
     echo "fuzz: configuring $build failed"
     echo "fuzz: 0 passed, ${#targets[@]} failed"
     exit 1
@@ -61,8 +62,10 @@ for target in "${targets[@]}"; do
   crashes=$build/fuzz/crashes/$target
   log=$build/fuzz/logs/$target.log
   mkdir -p "$work" "$crashes" "$(dirname "$log")"
+  dict=()
+  [ -f "$repo/fuzz/$target.dict" ] && dict=(-dict="$repo/fuzz/$target.dict")
   rc=0
-  "$build/fuzz/$target" "$work" "$stored" \
+  "$build/fuzz/$target" "$work" "$stored" "${dict[@]}" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
     -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
