@@ -50,6 +50,8 @@ if ! ninja -C "$build" -j"${FUZZ_JOBS:-2}" "${targets[@]}"; then
 fi
 echo "fuzz: built in $((SECONDS - start)) s; running each target for ${seconds} s"
 
+# UBSan's report names our frame, not only the library header where the conversion happened.
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 passed=0
 failed=0
 failures=()
