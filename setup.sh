@@ -10,7 +10,8 @@ repo=$(pwd)
 # Build toolchain and libraries (C++; clang only checks the locking annotations,
 # tests/thread_safety), the demo's Python stack, benchmark anchors,
 # Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh), and Java with
-# Maven (the YARN backend's test cluster, tests/yarn/cluster.sh).
+# Maven (the YARN backend's test cluster, tests/yarn/cluster.sh), and clang with its libFuzzer
+# and sanitizer runtimes (the fuzz targets, fuzz/run.sh).
 packages=(
   build-essential cmake ninja-build pkg-config git clang-14
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -24,6 +25,7 @@ packages=(
   python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
+  clang-14 libclang-rt-14-dev
 )
 
 sudo_cmd=()

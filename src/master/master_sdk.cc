@@ -54,6 +54,11 @@ void Master::OnSdkRequest(AgentSession& session, const v1::AgentMessage& message
     if (!req.contains("epoch") || !req["epoch"].is_number_unsigned()) {
       return fail("lease needs an epoch (an integer >= 0)");
     }
+    // Checked before value(), which throws on a mistyped "wait": the exception would end the
+    // master (the agent relays any JSON object; found writing fuzz/fuzz_sdk_protocol).
+    if (req.contains("wait") && !req["wait"].is_boolean()) {
+      return fail(absl::StrCat("lease's wait must be true or false, got ", req["wait"].dump()));
+    }
     bool wait = req.value("wait", true);
     auto result = shards_->Lease(rec->Key(), rec->attempt, req["epoch"].get<uint32_t>(), wait,
                                  now, &records);

@@ -1,6 +1,8 @@
 #include "master/shard_table.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -21,6 +23,31 @@ void Append(std::vector<nlohmann::json>* journal, nlohmann::json record) {
 
 std::string Where(uint32_t epoch, uint64_t shard) {
   return absl::StrCat("shard ", shard, " of epoch ", epoch);
+}
+
+// A whole-number field of a journal record, as the table wrote it. nlohmann's get<T>() would
+// convert whatever number is there: 1.5 to 1, -1 to 4294967295, and 1e30 with undefined
+// behaviour (found by fuzz/fuzz_journal). Anything but an integer within T's range is refused:
+// nlohmann's out_of_range, which Apply turns into DataLoss like any other mistyped field.
+template <typename T>
+T WholeField(const nlohmann::json& record, const char* key) {
+  const nlohmann::json& value = record.at(key);
+  bool fits = false;
+  if (value.is_number_unsigned()) {
+    fits = value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  } else if (value.is_number_integer()) {
+    int64_t v = value.get<int64_t>();
+    fits = std::numeric_limits<T>::is_signed
+               ? v >= static_cast<int64_t>(std::numeric_limits<T>::min())
+               : v >= 0;
+  }
+  if (!fits) {
+    throw nlohmann::json::out_of_range::create(
+        406, absl::StrCat(key, " must be a whole number from ", std::numeric_limits<T>::min(),
+                          " to ", std::numeric_limits<T>::max(), ", got ", value.dump()),
+        &value);
+  }
+  return value.get<T>();
 }
 
 // FNV-1a: stable across builds and runs, unlike std::hash.
@@ -407,8 +434,8 @@ absl::Status ShardTable::Apply(const nlohmann::json& record, Clock::TimePoint no
       return absl::OkStatus();
     }
     if (type == "shards_reopened") {
-      auto step = record.at("resumed_step").get<int64_t>();
-      auto count = record.at("count").get<uint64_t>();
+      auto step = WholeField<int64_t>(record, "resumed_step");
+      auto count = WholeField<uint64_t>(record, "count");
       absl::StatusOr<uint64_t> reopened = Resumed(step, nullptr);
       if (!reopened.ok()) return mismatch(std::string(reopened.status().message()));
       if (*reopened != count) {
@@ -416,15 +443,15 @@ absl::Status ShardTable::Apply(const nlohmann::json& record, Clock::TimePoint no
       }
       return absl::OkStatus();
     }
-    auto epoch = record.at("epoch").get<uint32_t>();
+    auto epoch = WholeField<uint32_t>(record, "epoch");
     if (epoch >= num_epochs_) return mismatch("no such epoch");
     if (type == "epoch_complete") {
       if (epochs_[epoch].done != num_shards_) return mismatch("the epoch is not complete");
       return absl::OkStatus();
     }
-    auto shard = record.at("shard").get<uint64_t>();
+    auto shard = WholeField<uint64_t>(record, "shard");
     auto task = record.at("task").get<std::string>();
-    auto attempt = record.at("attempt").get<uint32_t>();
+    auto attempt = WholeField<uint32_t>(record, "attempt");
     if (shard >= num_shards_) return mismatch("no such shard");
     if (type == "shard_leased") {
       // The table hands out shards deterministically, so leasing again must give this shard.
@@ -438,7 +465,7 @@ absl::Status ShardTable::Apply(const nlohmann::json& record, Clock::TimePoint no
     if (type == "shard_done") {
       // The journal holds only accepted reports: no deadline check (a replayed lease's deadline
       // is made up anyway).
-      absl::Status s = Complete(task, attempt, epoch, shard, record.at("step").get<int64_t>(),
+      absl::Status s = Complete(task, attempt, epoch, shard, WholeField<int64_t>(record, "step"),
                                 std::nullopt, nullptr);
       if (!s.ok()) return mismatch(std::string(s.message()));
       return absl::OkStatus();

@@ -318,3 +318,45 @@ def test_restart_group_with_checkpoints_trains_each_sample_once_per_epoch(
     assert sum(len(v) for v in done.values()) == DP_EPOCHS * shards + reopened_total
     e2e.wait_until(lambda: not e2e.job_processes(job_id, job_dir), 10,
                    "every process of the job to exit")
+
+
+# ------------------------------------------------------------------------------------------
+# Requests the SDK would never send, straight on the agent's socket
+
+RAW_LEASE_WORKER = """
+import json, os, socket, sys
+import shoal
+from shoal._client import socket_address
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(socket_address(os.environ["SHOAL_AGENT_SOCKET"]))
+reader = sock.makefile("r")
+def ask(**fields):
+    fields.update(task=shoal.env.task(), attempt=shoal.env.restart_count())
+    sock.sendall((json.dumps(fields) + "\\n").encode())
+    reply = reader.readline()
+    print("REPLY", reply.strip(), flush=True)
+    return json.loads(reply)
+bad = ask(op="lease", epoch=0, wait=1)
+assert bad["ok"] is False, bad
+good = ask(op="lease", epoch=0, wait=False)
+assert good.get("shard") is not None, good
+"""
+
+
+# Found writing fuzz/fuzz_sdk_protocol: the master read a lease's "wait" with nlohmann's
+# value(), which throws on a number, and the exception ended the master.
+def test_lease_with_a_wait_that_is_not_a_boolean_is_refused_and_the_job_goes_on(
+        write_file, write_job, start_shoal):
+    write_file("raw_lease.py", RAW_LEASE_WORKER)
+    job = write_job("""
+        name: rawlease
+        dataset: {samples: 10, shard_size: 5}
+        roles:
+          worker:
+            command: ["/usr/bin/python3", "raw_lease.py"]
+        """)
+    client = start_shoal("run", job)
+    rc = client.wait(60)
+    out = client.stdout()
+    assert rc == 0, f"rc={rc}\n{out[-3000:]}\n{client.stderr()[-3000:]}"
+    assert "lease's wait must be true or false, got 1" in out, out

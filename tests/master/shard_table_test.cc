@@ -390,6 +390,31 @@ TEST(ShardTableTest, ReplayRefusesAJournalThatDoesNotFit) {
             absl::StatusCode::kDataLoss);
 }
 
+// Found by fuzz/fuzz_journal: a number that is not a whole number in the field's range (a
+// float, a negative, one past uint32) was converted by nlohmann's get<T>(), 1e30 with undefined
+// behaviour, and -1 or 1.5 replayed as attempt 4294967295 or epoch 1.
+TEST(ShardTableTest, ReplayRefusesNumbersTheTableNeverWrites) {
+  const Json fields = {{"type", "shard_leased"}, {"epoch", 0}, {"shard", 0}, {"task", "w:0"},
+                       {"attempt", 0}};
+  const std::vector<std::pair<std::string, Json>> wrong = {
+      {"epoch", 1e30},          {"epoch", 1.5},        {"epoch", -1},
+      {"epoch", 4294967296ull}, {"attempt", -1},       {"attempt", 0.5},
+      {"shard", -2},            {"shard", 1e300},      {"attempt", 4294967296ull}};
+  for (const auto& [key, value] : wrong) {
+    Json record = fields;
+    record[key] = value;
+    absl::StatusOr<ShardTable> replayed = ShardTable::Replay(Ranges(400, 100, 3), {record}, kT0);
+    EXPECT_EQ(replayed.status().code(), absl::StatusCode::kDataLoss) << record.dump();
+    EXPECT_THAT(replayed.status().message(), HasSubstr(key + " must be a whole number"))
+        << record.dump();
+  }
+  std::vector<Json> done = {fields, {{"type", "shard_done"}, {"epoch", 0}, {"shard", 0},
+                                     {"task", "w:0"}, {"attempt", 0}, {"step", 2.5}}};
+  EXPECT_EQ(ShardTable::Replay(Ranges(400, 100, 3), done, kT0).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(ShardTable::Replay(Ranges(400, 100, 3), {fields}, kT0).ok());
+}
+
 TEST(ShardTableTest, ManyShardsStayCheap) {
   // 100k shards over 2 epochs; each call must be logarithmic for this to finish quickly.
   ShardTable t(Ranges(100'000, 1, 2));
