@@ -13,7 +13,7 @@ repo=$(pwd)
 # Maven (the YARN backend's test cluster, tests/yarn/cluster.sh), and clang with its libFuzzer
 # and sanitizer runtimes (the fuzz targets, fuzz/run.sh).
 packages=(
-  build-essential cmake ninja-build pkg-config git clang-14
+  build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libssl-dev libboost-dev libsimdjson-dev

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/escaping.h"
@@ -243,15 +244,11 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
 
 // The local agent hands each task a port from SHOAL_TASK_PORTS (else the range below the
 // kernel's ephemeral one), then from the ephemeral range: a job needing more than both hold
-// would only fail once its agent started. A malformed SHOAL_TASK_PORTS is reported later.
-absl::Status CheckLocalPortsFit(const spec::JobSpec& spec) {
+// would only fail once its agent started. `task_ports`: SHOAL_TASK_PORTS, when set.
+absl::Status CheckLocalPortsFit(const spec::JobSpec& spec,
+                                const std::optional<PortRange>& task_ports) {
   PortRange ephemeral = agent::EphemeralPortRange();
-  PortRange task = agent::TaskPortRange(ephemeral);
-  if (const char* env = std::getenv("SHOAL_TASK_PORTS"); env != nullptr && *env != '\0') {
-    auto range = ParsePortRange(env);
-    if (!range.ok()) return absl::OkStatus();
-    task = *range;
-  }
+  PortRange task = task_ports ? *task_ports : agent::TaskPortRange(ephemeral);
   auto size = [](const PortRange& r) -> uint64_t {
     return r.low == 0 || r.low > r.high ? 0 : r.high - r.low + 1;
   };
@@ -290,6 +287,18 @@ int RunJob(const RunOptions& options) {
       return kExitUsage;
     }
   }
+  // Read by every agent of the job (the backends pass this environment on): refused here,
+  // before anything starts, rather than half-honoured on some machines.
+  std::optional<PortRange> task_ports;
+  if (const char* ports = std::getenv("SHOAL_TASK_PORTS"); ports != nullptr && *ports != '\0') {
+    auto range = ParsePortRange(ports);
+    if (!range.ok()) {
+      std::cerr << "shoal: SHOAL_TASK_PORTS='" << ports << "': " << range.status().message()
+                << "\n";
+      return kExitUsage;
+    }
+    task_ports = *range;
+  }
   std::string listen_host = options.listen_host;
   nlohmann::json slurm = nlohmann::json::object();
   nlohmann::json yarn = nlohmann::json::object();
@@ -301,7 +310,7 @@ int RunJob(const RunOptions& options) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;
     }
-    if (auto st = CheckLocalPortsFit(job); !st.ok()) {
+    if (auto st = CheckLocalPortsFit(job, task_ports); !st.ok()) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;
     }
@@ -485,15 +494,6 @@ int RunJob(const RunOptions& options) {
   } else {
     std::cerr << "shoal: unknown backend '" << options.backend << "'; use local, slurm or yarn\n";
     return kExitUsage;
-  }
-  // Read by every agent of the job (the backends pass this environment on): refused here,
-  // before anything starts, rather than half-honoured on some machines.
-  if (const char* ports = std::getenv("SHOAL_TASK_PORTS"); ports != nullptr && *ports != '\0') {
-    if (auto range = ParsePortRange(ports); !range.ok()) {
-      std::cerr << "shoal: SHOAL_TASK_PORTS='" << ports << "': " << range.status().message()
-                << "\n";
-      return kExitUsage;
-    }
   }
   auto token = NewToken();
   if (!token.ok()) {

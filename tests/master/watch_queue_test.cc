@@ -23,6 +23,7 @@ class Feed {
     EXPECT_TRUE(feed.ok()) << feed.status();
     feed_ = *feed;
   }
+  ~Feed() { std::filesystem::remove(path_); }
   // Appends and commits, as the master's flush after a batch does.
   uint64_t Append(const std::string& lines, bool commit = true) {
     std::ofstream(path_, std::ios::app) << lines;
@@ -73,8 +74,7 @@ TEST(WatchQueueTest, EventsKeepTheirPlaceAmongTheOutputLines) {
   // Its mark is past what is committed: it waits for the flush, and so do the lines after it.
   queue.Push("status", mark, true);
   EXPECT_EQ(Joined(Drain(queue)), "a | 1\n[notice]");
-  f.Append("");
-  f.feed()->Commit(mark);
+  f.feed()->Commit(mark);  // the batch's flush
   EXPECT_EQ(Joined(Drain(queue)), "a | 2\n[status]");
 }
 

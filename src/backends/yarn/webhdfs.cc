@@ -49,8 +49,10 @@ absl::StatusOr<common::HttpReply> Send(const std::string& method, const std::str
 absl::Status Refused(const std::string& what, const common::HttpReply& reply) {
   std::string message = reply.body.substr(0, 500);
   auto json = nlohmann::json::parse(reply.body, nullptr, false);
-  if (json.is_object() && json.contains("RemoteException")) {
-    message = json["RemoteException"].value("message", message);
+  if (json.is_object() && json.contains("RemoteException") &&
+      json["RemoteException"].is_object() && json["RemoteException"].contains("message") &&
+      json["RemoteException"]["message"].is_string()) {
+    message = json["RemoteException"]["message"].get<std::string>();
   }
   return absl::FailedPreconditionError(absl::StrCat(
       what, ": HTTP ", reply.status, ": ", absl::StripAsciiWhitespace(message)));
@@ -97,7 +99,10 @@ absl::Status WebHdfs::Upload(const std::string& local, const std::string& path) 
     return Refused("WebHDFS CREATE " + path, *where);
   }
   auto json = nlohmann::json::parse(where->body, nullptr, false);
-  std::string location = json.is_object() ? json.value("Location", "") : "";
+  std::string location = json.is_object() && json.contains("Location") &&
+                                 json["Location"].is_string()
+                             ? json["Location"].get<std::string>()
+                             : "";
   absl::string_view rest = location;
   if (!absl::ConsumePrefix(&rest, "http://") || rest.find('/') == absl::string_view::npos) {
     return absl::InternalError(absl::StrCat("WebHDFS CREATE ", path,
@@ -122,13 +127,20 @@ absl::StatusOr<HdfsFileStatus> WebHdfs::Status(const std::string& path) const {
   if (!reply.ok()) return reply.status();
   if (reply->status != 200) return Refused("WebHDFS GETFILESTATUS " + path, *reply);
   auto json = nlohmann::json::parse(reply->body, nullptr, false);
-  if (!json.is_object() || !json["FileStatus"].is_object()) {
+  // Checked before reading: nlohmann's value() throws on a field of another type, and a
+  // NameNode's odd answer must be a Status, not an exception in the master's loop.
+  const nlohmann::json* file = json.is_object() && json.contains("FileStatus")
+                                   ? &json["FileStatus"]
+                                   : nullptr;
+  if (file == nullptr || !file->is_object() || !file->contains("length") ||
+      !(*file)["length"].is_number_unsigned() || !file->contains("modificationTime") ||
+      !(*file)["modificationTime"].is_number_integer()) {
     return absl::InternalError(absl::StrCat("WebHDFS GETFILESTATUS ", path, ": ",
                                             reply->body.substr(0, 300)));
   }
   HdfsFileStatus status;
-  status.length = json["FileStatus"].value("length", uint64_t{0});
-  status.modification_time_ms = json["FileStatus"].value("modificationTime", int64_t{0});
+  status.length = (*file)["length"].get<uint64_t>();
+  status.modification_time_ms = (*file)["modificationTime"].get<int64_t>();
   return status;
 }
 
