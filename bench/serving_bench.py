@@ -12,7 +12,7 @@ each concurrency (serve_load --closed N), then an open loop (serve_load --open) 
 --open-fraction (70 %) of each server's peak for that model. Then the bare libtorch loop
 (serve_libtorch_loop) at batch size 1 and at the mean batch sizes shoal ran at, and the floor
 (serve_floor: a server that only answers) that sets the most any server could reach here. One
-JSON object on stdout (see bench/README.md); progress on stderr.
+JSON object on stdout (docs/benchmarks/serving.md describes it); progress on stderr.
 """
 
 import argparse

@@ -1,7 +1,8 @@
-// The REST front end's request path (src/serve/inference_http_server.cc) on the bytes a client
-// sends: Boost.Beast's HTTP/1.1 parser with the server's limits, then what the server does
-// with each request before the routes see it (the bearer token check, the percent-decoded
-// path, the binary tensor extension's header) and, for an inference, the request decoder.
+// The REST front end's request path (src/serve/frontends/inference_http_server.cc) on the
+// bytes a client sends: Boost.Beast's HTTP/1.1 parser with the server's limits, then what the
+// server does with each request before the routes see it (the bearer token check, the
+// percent-decoded path, the binary tensor extension's header) and, for an inference, the
+// request decoder.
 // The server itself reads from a socket on its event loops; this drives the same steps
 // on a buffer, keep-alive included (several requests one after the other).
 #include <cstddef>
@@ -16,8 +17,8 @@
 
 #include "absl/strings/match.h"
 #include "common/percent_decoding.h"
-#include "serve/bearer_token.h"
-#include "serve/json_codec.h"
+#include "serve/frontends/bearer_token.h"
+#include "serve/frontends/json_codec.h"
 
 namespace {
 

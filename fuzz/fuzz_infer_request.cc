@@ -1,4 +1,4 @@
-// The KServe v2 REST request decoder (src/serve/json_codec.h), JSON and binary tensor
+// The KServe v2 REST request decoder (src/serve/frontends/json_codec.h), JSON and binary tensor
 // extension, on any body. Both of its paths run, the one-pass simdjson path for the common
 // form and the general nlohmann::json path, and must give the same answer: the decoder's
 // contract is that the fast path only ever takes a body the general one decodes the same way.
@@ -11,7 +11,7 @@
 #include <optional>
 #include <string_view>
 
-#include "serve/json_codec.h"
+#include "serve/frontends/json_codec.h"
 
 namespace {
 

@@ -13,17 +13,17 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "common/files.h"
-#include "serve/backend_loader.h"
-#include "serve/inference_grpc_server.h"
-#include "serve/inference_http_server.h"
-#include "serve/model_backend.h"
-#include "serve/model_manager.h"
-#include "serve/model_repository.h"
-#include "serve/repository_watcher.h"
+#include "serve/frontends/inference_grpc_server.h"
+#include "serve/frontends/inference_http_server.h"
+#include "serve/repository/model_manager.h"
+#include "serve/repository/model_repository.h"
+#include "serve/repository/repository_watcher.h"
+#include "serve/runtime/backend_loader.h"
+#include "serve/runtime/model_backend.h"
 
 namespace shoal::serve {
 namespace {

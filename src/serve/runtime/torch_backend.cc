@@ -1,0 +1,215 @@
+// The TorchScript runtime module: the only file of Shoal that includes libtorch. Built as
+// libshoal_serve_torch.so and loaded by `shoal serve` only (model_backend.h says why).
+// Every entry point catches what libtorch throws (c10::Error and std::exception) and turns it
+// into an error string: nothing is thrown across the module boundary.
+
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "serve/runtime/model_backend.h"
+
+namespace shoal::serve {
+namespace {
+
+std::optional<at::ScalarType> ToScalarType(DataType type) {
+  switch (type) {
+    case DataType::kBool: return at::kBool;
+    case DataType::kUint8: return at::kByte;
+    case DataType::kInt8: return at::kChar;
+    case DataType::kInt16: return at::kShort;
+    case DataType::kInt32: return at::kInt;
+    case DataType::kInt64: return at::kLong;
+    case DataType::kFp32: return at::kFloat;
+    case DataType::kFp64: return at::kDouble;
+  }
+  return std::nullopt;
+}
+
+std::optional<DataType> FromScalarType(at::ScalarType type) {
+  switch (type) {
+    case at::kBool: return DataType::kBool;
+    case at::kByte: return DataType::kUint8;
+    case at::kChar: return DataType::kInt8;
+    case at::kShort: return DataType::kInt16;
+    case at::kInt: return DataType::kInt32;
+    case at::kLong: return DataType::kInt64;
+    case at::kFloat: return DataType::kFp32;
+    case at::kDouble: return DataType::kFp64;
+    default: return std::nullopt;
+  }
+}
+
+// Copies a CPU tensor's elements into `out` (contiguous, row-major).
+bool CopyOut(const at::Tensor& value, std::string name, Tensor* out, std::string* error) {
+  at::Tensor t = value;
+  if (!t.device().is_cpu()) t = t.cpu();
+  std::optional<DataType> type = FromScalarType(t.scalar_type());
+  if (!type) {
+    *error = "the model returned a tensor of type " + std::string(c10::toString(t.scalar_type())) +
+             ", which has no supported KServe datatype";
+    return false;
+  }
+  t = t.contiguous();
+  out->name = std::move(name);
+  out->datatype = *type;
+  out->shape.assign(t.sizes().begin(), t.sizes().end());
+  size_t bytes = static_cast<size_t>(t.numel()) * DataTypeSize(*type);
+  out->data.resize(bytes);
+  if (bytes > 0) std::memcpy(out->data.data(), t.data_ptr(), bytes);
+  return true;
+}
+
+bool CollectOutputs(const c10::IValue& result, std::vector<Tensor>* outputs, std::string* error) {
+  auto add = [&](const c10::IValue& value, std::string name) {
+    if (!value.isTensor()) {
+      *error = "the model returned " + value.tagKind() + " where a tensor was expected";
+      return false;
+    }
+    outputs->emplace_back();
+    return CopyOut(value.toTensor(), std::move(name), &outputs->back(), error);
+  };
+  if (result.isTensor()) return add(result, "");
+  if (result.isTuple()) {
+    for (const c10::IValue& element : result.toTupleRef().elements()) {
+      if (!add(element, "")) return false;
+    }
+    return true;
+  }
+  if (result.isList()) {
+    for (const c10::IValue& element : result.toListRef()) {
+      if (!add(element, "")) return false;
+    }
+    return true;
+  }
+  if (result.isGenericDict()) {
+    for (const auto& entry : result.toGenericDict()) {
+      if (!entry.key().isString()) {
+        *error = "the model returned a dict whose keys are not strings";
+        return false;
+      }
+      if (!add(entry.value(), entry.key().toStringRef())) return false;
+    }
+    return true;
+  }
+  *error = "the model returned " + result.tagKind() +
+           "; expected a tensor, a tuple or list of tensors, or a Dict[str, Tensor]";
+  return false;
+}
+
+// A TorchScript error's message without the interpreter's traceback, which quotes the model's
+// source: the last line ("RuntimeError: The size of tensor a (2) must match ...") is the cause.
+std::string WithoutTraceback(const std::string& message) {
+  if (message.find("Traceback of TorchScript") == std::string::npos) return message;
+  size_t end = message.find_last_not_of("\n ");
+  if (end == std::string::npos) return message;
+  size_t start = message.rfind('\n', end);
+  return message.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start + 1));
+}
+
+class TorchModel final : public BackendModel {
+ public:
+  TorchModel(torch::jit::Module module, std::vector<std::string> argument_names)
+      : module_(std::move(module)), argument_names_(std::move(argument_names)) {}
+
+  const std::vector<std::string>& ArgumentNames() const override { return argument_names_; }
+
+  bool Run(std::vector<Tensor>& inputs, std::vector<Tensor>* outputs,
+           std::string* error) override {
+    try {
+      c10::InferenceMode inference_mode;
+      std::vector<c10::IValue> arguments;
+      arguments.reserve(inputs.size());
+      for (Tensor& input : inputs) {
+        // Wraps the request's bytes without a copy; they outlive the call, and CopyOut copies
+        // any output that aliases them (an identity model returns its input).
+        arguments.emplace_back(torch::from_blob(input.data.data(), input.shape,
+                                                at::TensorOptions().dtype(*ToScalarType(
+                                                    input.datatype))));
+      }
+      c10::IValue result = module_.forward(std::move(arguments));
+      outputs->clear();
+      return CollectOutputs(result, outputs, error);
+    } catch (const c10::Error& e) {
+      *error = WithoutTraceback(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      *error = WithoutTraceback(e.what());
+    }
+    return false;
+  }
+
+ private:
+  torch::jit::Module module_;
+  const std::vector<std::string> argument_names_;
+};
+
+class TorchBackend final : public ModelBackend {
+ public:
+  TorchBackend() {
+    // The server runs each model instance on a thread of its own and sizes intra-op
+    // parallelism per thread (PrepareThread); inter-op parallelism (torch.jit.fork) would add
+    // a pool nobody sized. Only settable before the pool starts, hence here, once.
+    try {
+      at::set_num_interop_threads(1);
+    } catch (const std::exception&) {
+    }
+  }
+
+  std::unique_ptr<BackendModel> Load(const std::string& path, std::string* error) override {
+    try {
+      torch::jit::Module module = torch::jit::load(path, torch::kCPU);
+      module.eval();
+      auto forward = module.find_method("forward");
+      if (!forward) {
+        *error = path + ": the TorchScript module has no forward method";
+        return nullptr;
+      }
+      std::vector<std::string> names;
+      const auto& arguments = forward->function().getSchema().arguments();
+      for (size_t i = 1; i < arguments.size(); ++i) names.push_back(arguments[i].name());
+      return std::make_unique<TorchModel>(std::move(module), std::move(names));
+    } catch (const c10::Error& e) {
+      *error = path + ": not a loadable TorchScript file: " + e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      *error = path + ": not a loadable TorchScript file: " + e.what();
+    }
+    return nullptr;
+  }
+
+  void PrepareThread(int intra_op_threads) override {
+    // ATen's OpenMP backend keeps the thread count per calling thread (omp_set_num_threads
+    // sets this thread's ICV), and lazily initialises each thread from a process-wide value on
+    // its first parallel call, overwriting what set_num_threads set before. get_num_threads()
+    // runs that lazy initialisation now, so the count set next sticks to this thread.
+    try {
+      (void)at::get_num_threads();
+      at::set_num_threads(intra_op_threads > 0 ? intra_op_threads : 1);
+    } catch (const std::exception&) {
+    }
+  }
+
+  std::string Description() const override {
+    std::string parallel = at::get_parallel_info().find("OpenMP") != std::string::npos
+                               ? "OpenMP"
+                               : "native thread pool";
+    return "libtorch " TORCH_VERSION " (" + parallel + ")";
+  }
+};
+
+}  // namespace
+}  // namespace shoal::serve
+
+extern "C" __attribute__((visibility("default"))) shoal::serve::ModelBackend*
+ShoalServeCreateTorchBackend() {
+  try {
+    return new shoal::serve::TorchBackend();
+  } catch (...) {
+    return nullptr;
+  }
+}

@@ -1,0 +1,114 @@
+#include "serve/scheduling/batch_queue.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace shoal::serve {
+
+void BatchQueue::Push(std::unique_ptr<PendingInference> request) {
+  request->enqueued = clock_->Now();
+  queue_.push_back(std::move(request));
+}
+
+bool BatchQueue::CanBatchTogether(const PendingInference& a, const PendingInference& b) {
+  if (a.inputs.size() != b.inputs.size()) return false;
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    const Tensor& x = a.inputs[i];
+    const Tensor& y = b.inputs[i];
+    if (x.name != y.name || x.datatype != y.datatype || x.shape.size() != y.shape.size() ||
+        x.shape.empty()) {
+      return false;
+    }
+    if (!std::equal(x.shape.begin() + 1, x.shape.end(), y.shape.begin() + 1)) return false;
+  }
+  return true;
+}
+
+BatchQueue::Take BatchQueue::TakeDue() {
+  Take take;
+  if (queue_.empty()) return take;
+  size_t count = 1;
+  if (policy_.max_batch_size > 0) {
+    const PendingInference& head = *queue_.front();
+    int64_t rows = head.rows;
+    bool blocked = false;  // the next request cannot join: waiting would not grow the batch
+    for (; count < queue_.size(); ++count) {
+      const PendingInference& next = *queue_[count];
+      if (rows + next.rows > policy_.max_batch_size || !CanBatchTogether(head, next)) {
+        blocked = true;
+        break;
+      }
+      rows += next.rows;
+    }
+    Clock::TimePoint due = head.enqueued + policy_.max_delay;
+    if (rows < policy_.max_batch_size && !blocked && clock_->Now() < due) {
+      take.due_at = due;
+      return take;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    take.batch.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return take;
+}
+
+std::vector<std::unique_ptr<PendingInference>> BatchQueue::TakeAll() {
+  std::vector<std::unique_ptr<PendingInference>> all;
+  for (auto& request : queue_) all.push_back(std::move(request));
+  queue_.clear();
+  return all;
+}
+
+std::vector<Tensor> ConcatenateRows(const std::vector<std::unique_ptr<PendingInference>>& batch) {
+  const std::vector<Tensor>& first = batch.front()->inputs;
+  std::vector<Tensor> inputs(first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    Tensor& out = inputs[i];
+    out.name = first[i].name;
+    out.datatype = first[i].datatype;
+    out.shape = first[i].shape;
+    out.shape[0] = 0;
+    size_t bytes = 0;
+    for (const auto& request : batch) bytes += request->inputs[i].data.size();
+    out.data.reserve(bytes);
+    for (const auto& request : batch) {
+      const Tensor& in = request->inputs[i];
+      out.shape[0] += in.shape[0];
+      out.data.insert(out.data.end(), in.data.begin(), in.data.end());
+    }
+  }
+  return inputs;
+}
+
+absl::StatusOr<std::vector<std::vector<Tensor>>> SplitRows(const std::vector<Tensor>& outputs,
+                                                           const std::vector<int64_t>& rows) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  std::vector<std::vector<Tensor>> split(rows.size());
+  for (const Tensor& output : outputs) {
+    if (output.shape.empty() || output.shape[0] != total) {
+      return absl::InternalError(absl::StrCat(
+          "output '", output.name, "' has shape ", ShapeString(output.shape), " for a batch of ",
+          total, " rows; a batching model must return the batch dimension first"));
+    }
+    size_t row_bytes = total == 0 ? 0 : output.data.size() / static_cast<size_t>(total);
+    size_t offset = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Tensor part;
+      part.name = output.name;
+      part.datatype = output.datatype;
+      part.shape = output.shape;
+      part.shape[0] = rows[i];
+      size_t bytes = row_bytes * static_cast<size_t>(rows[i]);
+      part.data.assign(output.data.begin() + offset, output.data.begin() + offset + bytes);
+      offset += bytes;
+      split[i].push_back(std::move(part));
+    }
+  }
+  return split;
+}
+
+}  // namespace shoal::serve

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "serve/core/tensor.h"
+
+namespace shoal::serve {
+
+// Called exactly once with a request's outputs or why it failed.
+using InferenceDone = std::function<void(absl::StatusOr<std::vector<Tensor>>)>;
+
+// A request waiting for a model instance.
+struct PendingInference {
+  std::vector<Tensor> inputs;  // in the model's argument order, already validated
+  int64_t rows = 1;            // its batch dimension (inputs' dim 0) when batching
+  Clock::TimePoint enqueued{};
+  InferenceDone done;
+};
+
+struct BatchPolicy {
+  // 0: every request runs alone. N >= 1: requests are combined on dimension 0 up to N rows.
+  int64_t max_batch_size = 0;
+  // How long the oldest request may wait for the batch to fill.
+  Clock::Duration max_delay{0};
+};
+
+// The dynamic batcher's decisions, without threads: which queued requests run together, and
+// when. A batch is a run of requests from the head of the queue (first come, first served)
+// whose inputs agree on names, datatypes and every dimension but the first, with at most
+// max_batch_size rows in all. It is due when it is full, when the next request cannot join it,
+// or when its oldest request has waited max_delay. Not thread-safe: the owner locks.
+class BatchQueue {
+ public:
+  // `clock` must outlive the queue.
+  BatchQueue(BatchPolicy policy, const Clock* clock) : policy_(policy), clock_(clock) {}
+
+  // Queues `request`, stamping its enqueue time with the clock's now.
+  void Push(std::unique_ptr<PendingInference> request);
+
+  struct Take {
+    // The requests to run together, oldest first; empty when none is due.
+    std::vector<std::unique_ptr<PendingInference>> batch;
+    // When `batch` is empty and requests wait: when the head's batch becomes due.
+    std::optional<Clock::TimePoint> due_at;
+  };
+  // Removes and returns the batch that is due now, if any.
+  Take TakeDue();
+
+  // Removes every queued request (at shutdown, to fail them).
+  std::vector<std::unique_ptr<PendingInference>> TakeAll();
+
+  size_t size() const { return queue_.size(); }
+  const BatchPolicy& policy() const { return policy_; }
+
+  // Whether two requests' inputs can be concatenated on dimension 0.
+  static bool CanBatchTogether(const PendingInference& a, const PendingInference& b);
+
+ private:
+  const BatchPolicy policy_;
+  const Clock* const clock_;
+  std::deque<std::unique_ptr<PendingInference>> queue_;
+};
+
+// The inputs of a batch, each input concatenated on dimension 0 in request order. REQUIRES:
+// the requests can batch together (BatchQueue::CanBatchTogether), every input has rank >= 1.
+std::vector<Tensor> ConcatenateRows(const std::vector<std::unique_ptr<PendingInference>>& batch);
+
+// Splits a batch's outputs back into one output list per request, `rows[i]` rows for request
+// i. InternalError when an output is a scalar or its dimension 0 is not the batch's total
+// rows (a model that does not keep the batch dimension cannot be batched).
+absl::StatusOr<std::vector<std::vector<Tensor>>> SplitRows(const std::vector<Tensor>& outputs,
+                                                           const std::vector<int64_t>& rows);
+
+}  // namespace shoal::serve

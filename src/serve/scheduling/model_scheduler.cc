@@ -1,0 +1,187 @@
+#include "serve/scheduling/model_scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace shoal::serve {
+namespace {
+
+struct ThreadDeferral {
+  std::function<void()> schedule_flush;
+  std::vector<std::shared_ptr<DeferredWakes::Signal>> owed;
+};
+thread_local std::unique_ptr<ThreadDeferral> this_thread_deferral;
+
+}  // namespace
+
+void DeferredWakes::Install(std::function<void()> schedule_flush) {
+  this_thread_deferral = std::make_unique<ThreadDeferral>();
+  this_thread_deferral->schedule_flush = std::move(schedule_flush);
+}
+
+void DeferredWakes::Uninstall() {
+  Flush();
+  this_thread_deferral.reset();
+}
+
+bool DeferredWakes::Defer(const std::shared_ptr<Signal>& signal) {
+  ThreadDeferral* deferral = this_thread_deferral.get();
+  if (deferral == nullptr) return false;
+  bool first = deferral->owed.empty();
+  if (std::find(deferral->owed.begin(), deferral->owed.end(), signal) == deferral->owed.end()) {
+    deferral->owed.push_back(signal);
+  }
+  if (first) deferral->schedule_flush();
+  return true;
+}
+
+void DeferredWakes::Flush() {
+  ThreadDeferral* deferral = this_thread_deferral.get();
+  if (deferral == nullptr) return;
+  std::vector<std::shared_ptr<Signal>> owed;
+  owed.swap(deferral->owed);
+  for (const auto& signal : owed) signal->work.notify_one();
+}
+
+absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
+    SchedulerOptions options, std::vector<std::unique_ptr<ModelRunner>> runners,
+    const Clock* clock, InferenceStats* stats) {
+  if (runners.empty()) return absl::InvalidArgumentError("a model needs at least one instance");
+  std::unique_ptr<ModelScheduler> scheduler(new ModelScheduler(options.policy, clock, stats));
+  scheduler->runners_ = std::move(runners);
+  // The warmup requests live on this stack until every instance reported back.
+  const std::vector<std::vector<Tensor>>* warmup = &options.warmup;
+  for (size_t i = 0; i < scheduler->runners_.size(); ++i) {
+    ModelRunner* runner = scheduler->runners_[i].get();
+    scheduler->threads_.emplace_back(
+        [s = scheduler.get(), i, runner, warmup] { s->InstanceLoop(i, runner, warmup); });
+  }
+  absl::Status error;
+  {
+    std::unique_lock<std::mutex> lock(scheduler->mu_);
+    scheduler->warmup_done_.wait(lock, [&] {
+      return scheduler->warm_instances_ == scheduler->runners_.size() ||
+             !scheduler->warmup_error_.ok();
+    });
+    error = scheduler->warmup_error_;
+  }
+  if (!error.ok()) return error;  // the destructor stops and joins the instances
+  return scheduler;
+}
+
+ModelScheduler::~ModelScheduler() {
+  std::vector<std::unique_ptr<PendingInference>> abandoned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    abandoned = queue_.TakeAll();
+  }
+  wake_->work.notify_all();
+  for (std::thread& thread : threads_) thread.join();
+  for (auto& request : abandoned) {
+    request->done(absl::UnavailableError("the server is shutting down"));
+  }
+}
+
+void ModelScheduler::Submit(std::vector<Tensor> inputs, int64_t rows, InferenceDone done) {
+  auto request = std::make_unique<PendingInference>();
+  request->inputs = std::move(inputs);
+  request->rows = rows;
+  request->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      // Not possible while the owner keeps the scheduler alive for its callers; kept total.
+      request->done(absl::UnavailableError("the server is shutting down"));
+      return;
+    }
+    queue_.Push(std::move(request));
+  }
+  if (!DeferredWakes::Defer(wake_)) wake_->work.notify_one();
+}
+
+void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
+                                  const std::vector<std::vector<Tensor>>* warmup) {
+  runner->PrepareThread();
+  absl::Status warm;
+  for (const std::vector<Tensor>& request : *warmup) {
+    absl::StatusOr<std::vector<Tensor>> outputs = runner->Run(request);
+    if (!outputs.ok()) {
+      warm = absl::Status(outputs.status().code(),
+                          absl::StrCat("warmup on instance ", index, ": ",
+                                       outputs.status().message()));
+      break;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (warm.ok()) {
+      ++warm_instances_;
+    } else if (warmup_error_.ok()) {
+      warmup_error_ = warm;
+    }
+  }
+  warmup_done_.notify_all();
+  warmup = nullptr;  // Start() returns (and frees it) once every instance got here
+
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    BatchQueue::Take take = queue_.TakeDue();
+    if (!take.batch.empty()) {
+      // Others may be able to take the next batch while this one runs.
+      if (queue_.size() > 0) wake_->work.notify_one();
+      lock.unlock();
+      Execute(runner, std::move(take.batch));
+      lock.lock();
+      continue;
+    }
+    if (take.due_at) {
+      // The clock may be a test's: sleep for what it says is left, in real time, then look
+      // again; a new request wakes the thread earlier.
+      Clock::Duration left = *take.due_at - clock_->Now();
+      wake_->work.wait_for(lock, std::max(left, Clock::Duration(std::chrono::microseconds(1))));
+    } else {
+      wake_->work.wait(lock);
+    }
+  }
+}
+
+void ModelScheduler::Execute(ModelRunner* runner,
+                             std::vector<std::unique_ptr<PendingInference>> batch) {
+  Clock::TimePoint start = clock_->Now();
+  std::vector<int64_t> rows;
+  int64_t total_rows = 0;
+  for (const auto& request : batch) {
+    rows.push_back(request->rows);
+    total_rows += request->rows;
+    stats_->queue_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(start - request->enqueued).count());
+  }
+  absl::StatusOr<std::vector<Tensor>> outputs =
+      batch.size() == 1 ? runner->Run(std::move(batch.front()->inputs))
+                        : runner->Run(ConcatenateRows(batch));
+  Clock::TimePoint end = clock_->Now();
+  stats_->compute_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
+  stats_->execution_count += 1;
+  stats_->inference_count += static_cast<uint64_t>(total_rows);
+  stats_->last_inference_ms = clock_->UnixMillis();
+  if (!outputs.ok()) {
+    for (auto& request : batch) request->done(outputs.status());
+    return;
+  }
+  if (batch.size() == 1) {
+    batch.front()->done(*std::move(outputs));
+    return;
+  }
+  absl::StatusOr<std::vector<std::vector<Tensor>>> split = SplitRows(*outputs, rows);
+  if (!split.ok()) {
+    for (auto& request : batch) request->done(split.status());
+    return;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) batch[i]->done(std::move((*split)[i]));
+}
+
+}  // namespace shoal::serve

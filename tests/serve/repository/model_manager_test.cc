@@ -1,0 +1,336 @@
+// The model manager's decisions (version policy, swaps, refusals, load/unload) on a real
+// repository directory, with a backend whose "model files" are text: "ok <value>" loads a model
+// that returns <value>, anything else fails to load.
+#include "serve/repository/model_manager.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "serve/runtime/model_backend.h"
+
+namespace shoal::serve {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ConstantModel final : public BackendModel {
+ public:
+  explicit ConstantModel(float value) : value_(value) {}
+  const std::vector<std::string>& ArgumentNames() const override { return arguments_; }
+  bool Run(std::vector<Tensor>&, std::vector<Tensor>* outputs, std::string*) override {
+    Tensor out;
+    out.datatype = DataType::kFp32;
+    out.shape = {1};
+    out.data.resize(sizeof(float));
+    std::memcpy(out.data.data(), &value_, sizeof(float));
+    outputs->assign(1, std::move(out));
+    return true;
+  }
+
+ private:
+  const float value_;
+  const std::vector<std::string> arguments_{"x"};
+};
+
+class TextBackend final : public ModelBackend {
+ public:
+  std::unique_ptr<BackendModel> Load(const std::string& path, std::string* error) override {
+    loads_[path] += 1;
+    std::ifstream file(path);
+    std::string word;
+    float value = 0;
+    if (file >> word >> value && word == "ok") return std::make_unique<ConstantModel>(value);
+    *error = path + ": not a model";
+    return nullptr;
+  }
+  void PrepareThread(int) override {}
+  std::string Description() const override { return "text"; }
+  int LoadsOf(const std::string& path) const {
+    auto it = loads_.find(path);
+    return it == loads_.end() ? 0 : it->second;
+  }
+
+ private:
+  std::map<std::string, int> loads_;  // only the manager's update thread loads
+};
+
+class ModelManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/shoal-manager-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    root_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  void Write(const std::string& relative, const std::string& text) {
+    fs::path path = root_ / relative;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  }
+  RepositoryScan Scan() {
+    auto scan = ScanModelRepository(root_.string());
+    EXPECT_TRUE(scan.ok()) << scan.status();
+    return scan.ok() ? *scan : RepositoryScan{};
+  }
+  std::string Path(const std::string& relative) { return (root_ / relative).string(); }
+
+  // The value the model's unversioned requests get, or -1 with the error printed.
+  float Answer(const std::string& model) {
+    auto version = manager_.FindVersion(model, std::nullopt);
+    if (!version.ok()) {
+      ADD_FAILURE() << version.status();
+      return -1;
+    }
+    return Run(**version);
+  }
+  static float Run(ServedVersion& version) {
+    InferRequest request;
+    Tensor x;
+    x.name = "x";
+    x.shape = {1};
+    x.data.resize(sizeof(float));
+    request.inputs.push_back(x);
+    auto outputs = version.Infer(std::move(request));
+    if (!outputs.ok() || outputs->size() != 1) return -1;
+    float value;
+    std::memcpy(&value, outputs->front().data.data(), sizeof(float));
+    return value;
+  }
+
+  fs::path root_;
+  TextBackend backend_;
+  FakeClock clock_;
+  ModelManager manager_{&backend_, &clock_, 2, ""};
+};
+
+class RepositoryModelManagerTest : public ModelManagerTest {
+ protected:
+  // The load endpoint scans the repository: a manager that knows where it is.
+  void SetUp() override {
+    ModelManagerTest::SetUp();
+    manager_with_dir_ = std::make_unique<ModelManager>(&backend_, &clock_, 2, root_.string());
+  }
+  std::unique_ptr<ModelManager> manager_with_dir_;
+};
+
+TEST_F(ModelManagerTest, LatestServesTheHighestVersionThatLoads) {
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  Write("m/3/model.pt", "broken");
+  manager_.LoadRepository(Scan());
+  EXPECT_EQ(Answer("m"), 2);
+  auto view = manager_.FindModel("m");
+  ASSERT_TRUE(view.ok());
+  ASSERT_EQ(view->versions.size(), 1u);  // 1 is not loaded at all
+  EXPECT_EQ(backend_.LoadsOf(Path("m/1/model.pt")), 0);
+  auto three = manager_.FindVersion("m", "3");
+  EXPECT_EQ(three.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(three.status().message(), HasSubstr("version 3 is not available: "));
+}
+
+// Issue 23, defect 8: a version that failed to load answered /ready with 404, as if it did
+// not exist. What exists answers ready or not, with why; only what does not is NotFound.
+TEST_F(ModelManagerTest, ReadinessTellsAVersionThatDoesNotServeFromOneThatDoesNotExist) {
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  Write("m/3/model.pt", "broken");
+  Write("bad/config.yaml", "instances: 0\n");
+  Write("bad/1/model.pt", "ok 1");
+  manager_.LoadRepository(Scan());
+
+  auto ready = [&](const std::string& model, std::optional<std::string> version) {
+    absl::StatusOr<Readiness> readiness = manager_.CheckReadiness(model, version);
+    EXPECT_TRUE(readiness.ok()) << model << " " << version.value_or("") << ": "
+                                << readiness.status();
+    return readiness.ok() ? *readiness : Readiness{};
+  };
+  EXPECT_TRUE(ready("m", std::nullopt).ready);
+  EXPECT_TRUE(ready("m", "2").ready);
+  Readiness refused = ready("m", "3");
+  EXPECT_FALSE(refused.ready);
+  EXPECT_EQ(refused.why_not,
+            "model 'm' version 3 is not available: " + Path("m/3/model.pt") + ": not a model");
+  Readiness not_served = ready("m", "1");  // on disk; `latest` serves 2 only
+  EXPECT_FALSE(not_served.ready);
+  EXPECT_EQ(not_served.why_not,
+            "model 'm' version 1 is not served: its version_policy serves version(s) 2");
+  Readiness bad = ready("bad", "1");
+  EXPECT_FALSE(bad.ready);
+  EXPECT_THAT(bad.why_not, HasSubstr("model 'bad' is not available: invalid config:"));
+  EXPECT_FALSE(ready("bad", std::nullopt).ready);
+
+  for (const char* version : {"4", "0", "01", "x"}) {
+    absl::StatusOr<Readiness> unknown = manager_.CheckReadiness("m", version);
+    EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << version;
+    EXPECT_EQ(unknown.status().message(),
+              absl::StrCat("model 'm' has no version '", version, "'; ready versions: 2"));
+  }
+  absl::StatusOr<Readiness> unknown_of_refused = manager_.CheckReadiness("bad", "2");
+  EXPECT_EQ(unknown_of_refused.status().message(),
+            "model 'bad' has no version '2'; ready versions: none");
+  absl::StatusOr<Readiness> unknown_model = manager_.CheckReadiness("nope", std::nullopt);
+  EXPECT_EQ(unknown_model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown_model.status().message(), "unknown model 'nope'; the repository has: bad, m");
+}
+
+TEST_F(ModelManagerTest, AllServesEveryVersionThatLoads) {
+  Write("m/config.yaml", "version_policy: all\n");
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  manager_.LoadRepository(Scan());
+  EXPECT_EQ(Answer("m"), 2);
+  auto one = manager_.FindVersion("m", "1");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(Run(**one), 1);
+}
+
+TEST_F(ModelManagerTest, ANewVersionTakesOverWhileRequestsHoldingTheOldOneFinishOnIt) {
+  Write("m/1/model.pt", "ok 1");
+  manager_.LoadRepository(Scan());
+  auto held = manager_.FindVersion("m", std::nullopt);  // a request in flight
+  ASSERT_TRUE(held.ok());
+  Write("m/2/model.pt", "ok 2");
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("m"), 2);
+  EXPECT_EQ(Run(**held), 1);  // the old version still answers the request holding it
+  EXPECT_EQ(manager_.FindVersion("m", "1").status().message(),
+            "model 'm' has no version '1'; ready versions: 2");
+}
+
+TEST_F(ModelManagerTest, ABrokenNewVersionLeavesTheOldOneServingAndIsNotRetriedUntilItChanges) {
+  Write("m/1/model.pt", "ok 1");
+  manager_.LoadRepository(Scan());
+  Write("m/2/model.pt", "half");
+  manager_.ApplyScan(Scan());
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("m"), 1);
+  EXPECT_EQ(backend_.LoadsOf(Path("m/2/model.pt")), 1);
+  Write("m/2/model.pt", "ok 2.0");  // the copy completes: other size and time
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("m"), 2);
+}
+
+TEST_F(ModelManagerTest, RemovingTheServingVersionFallsBackToTheNextOneThatLoads) {
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  manager_.LoadRepository(Scan());
+  fs::remove_all(root_ / "m/2");
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("m"), 1);
+  fs::remove_all(root_ / "m/1");  // nothing left on disk: keeps serving what it has
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("m"), 1);
+}
+
+TEST_F(ModelManagerTest, AModelAddedLaterIsLoadedByTheNextScan) {
+  Write("m/1/model.pt", "ok 1");
+  manager_.LoadRepository(Scan());
+  EXPECT_EQ(manager_.FindVersion("late", std::nullopt).status().code(),
+            absl::StatusCode::kNotFound);
+  Write("late/4/model.pt", "ok 4");
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("late"), 4);
+}
+
+TEST_F(RepositoryModelManagerTest, UnloadIsStickyUntilALoad) {
+  Write("m/1/model.pt", "ok 1");
+  ModelManager& manager = *manager_with_dir_;
+  manager.LoadRepository(Scan());
+  ASSERT_TRUE(manager.UnloadModel("m").ok());
+  auto gone = manager.FindVersion("m", std::nullopt);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(gone.status().message(),
+            "model 'm' is not available: unloaded (POST /v2/repository/models/m/load serves it "
+            "again)");
+  absl::StatusOr<Readiness> unloaded = manager.CheckReadiness("m", "1");
+  ASSERT_TRUE(unloaded.ok()) << unloaded.status();
+  EXPECT_FALSE(unloaded->ready);
+  EXPECT_EQ(unloaded->why_not, gone.status().message());
+  Write("m/2/model.pt", "ok 2");
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(manager.FindVersion("m", std::nullopt).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(manager.LoadModel("m").ok());
+  auto back = manager.FindVersion("m", std::nullopt);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(Run(**back), 2);
+}
+
+TEST_F(RepositoryModelManagerTest, LoadAndUnloadOfUnknownModelsAreNotFoundWithTheReason) {
+  Write("m/1/model.pt", "ok 1");
+  ModelManager& manager = *manager_with_dir_;
+  manager.LoadRepository(Scan());
+  absl::Status load = manager.LoadModel("nope");
+  EXPECT_EQ(load.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(load.message(), "no model 'nope' in the repository " + root_.string() +
+                                ": expected a directory " + root_.string() + "/nope");
+  absl::Status unload = manager.UnloadModel("nope");
+  EXPECT_EQ(unload.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unload.message(), "unknown model 'nope'; the repository has: m");
+}
+
+TEST_F(RepositoryModelManagerTest, ALoadRetriesARefusedVersionAndSaysWhatKeepsServing) {
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "broken");
+  ModelManager& manager = *manager_with_dir_;
+  manager.LoadRepository(Scan());
+  absl::Status load = manager.LoadModel("m");
+  EXPECT_EQ(load.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(load.message(), "model 'm': version 2: " + Path("m/2/model.pt") +
+                                ": not a model (refused; serving version(s) 1)");
+  EXPECT_EQ(backend_.LoadsOf(Path("m/2/model.pt")), 2);
+}
+
+TEST_F(ModelManagerTest, AnEnsembleOfUnknownMembersOrACycleIsRefusedWithTheReason) {
+  Write("a/1/model.pt", "ok 1");
+  Write("e/config.yaml", "ensemble: {models: [a, zz], combine: mean}\n");
+  Write("c1/config.yaml", "ensemble: {models: [a, c2], combine: mean}\n");
+  Write("c2/config.yaml", "ensemble: {models: [c1, a], combine: mean}\n");
+  manager_.LoadRepository(Scan());
+  EXPECT_THAT(manager_.FindVersion("e", std::nullopt).status().message(),
+              HasSubstr("model 'e' is not available: ensemble refused: unknown member 'zz'"));
+  EXPECT_EQ(manager_.FindVersion("c1", std::nullopt).status().message(),
+            "model 'c1' is not available: ensemble refused: its members form a cycle: c1 -> c2 "
+            "-> c1");
+}
+
+constexpr char kMemberConfig[] =
+    "inputs: [{name: x, datatype: FP32, dims: [1]}]\n"
+    "outputs: [{name: y, datatype: FP32, dims: [1]}]\n";
+
+TEST_F(ModelManagerTest, AnEnsembleUsesItsMembersNewVersionsAndANewConfigOnTheNextScan) {
+  Write("a/config.yaml", kMemberConfig);
+  Write("a/1/model.pt", "ok 1");
+  Write("b/config.yaml", kMemberConfig);
+  Write("b/1/model.pt", "ok 4");
+  Write("c/config.yaml", kMemberConfig);
+  Write("c/1/model.pt", "ok 16");
+  Write("e/config.yaml", "ensemble: {models: [a, b], combine: mean}\n");
+  manager_.LoadRepository(Scan());
+  EXPECT_EQ(Answer("e"), 2.5f);  // (1 + 4) / 2
+  Write("a/2/model.pt", "ok 3");
+  manager_.ApplyScan(Scan());
+  EXPECT_EQ(Answer("e"), 3.5f);  // (3 + 4) / 2: a's new version, the same ensemble
+  Write("e/config.yaml", "ensemble: {models: [a, b, c], combine: geometric_mean}\n");
+  manager_.ApplyScan(Scan());
+  EXPECT_FLOAT_EQ(Answer("e"), std::cbrt(3.0f * 4.0f * 16.0f));  // a new combiner and member
+  // A new config that is refused leaves the ensemble serving as it was.
+  Write("e/config.yaml", "ensemble: {models: [a, zz], combine: mean}\n");
+  manager_.ApplyScan(Scan());
+  EXPECT_FLOAT_EQ(Answer("e"), std::cbrt(3.0f * 4.0f * 16.0f));
+}
+
+}  // namespace
+}  // namespace shoal::serve

@@ -1,0 +1,273 @@
+#include "serve/scheduling/model_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <future>
+#include <mutex>
+#include <thread>
+
+namespace shoal::serve {
+namespace {
+
+using std::chrono::microseconds;
+
+Tensor Rows(int64_t rows, float value) {
+  Tensor x;
+  x.name = "x";
+  x.datatype = DataType::kFp32;
+  x.shape = {rows, 1};
+  std::vector<float> values(static_cast<size_t>(rows), value);
+  x.data.resize(values.size() * sizeof(float));
+  std::memcpy(x.data.data(), values.data(), x.data.size());
+  return x;
+}
+
+float FirstFloat(const Tensor& t) {
+  float v;
+  std::memcpy(&v, t.data.data(), sizeof(v));
+  return v;
+}
+
+// Shared by the fake instances of one test: what ran, and a gate that holds runs back.
+struct Recorder {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<int64_t> batch_rows;  // dimension 0 of every Run's input
+  int prepared = 0;
+  int warmups_seen = 0;
+  bool gate_open = true;
+  int running = 0;
+};
+
+// Echoes its input as output "y" and appends the batch size as output "n" (one row per row).
+class FakeRunner final : public ModelRunner {
+ public:
+  explicit FakeRunner(Recorder* recorder, absl::Status fail_with = absl::OkStatus())
+      : recorder_(recorder), fail_with_(std::move(fail_with)) {}
+  void PrepareThread() override {
+    std::lock_guard<std::mutex> lock(recorder_->mu);
+    ++recorder_->prepared;
+  }
+  absl::StatusOr<std::vector<Tensor>> Run(std::vector<Tensor> inputs) override {
+    std::unique_lock<std::mutex> lock(recorder_->mu);
+    ++recorder_->running;
+    recorder_->changed.notify_all();
+    recorder_->changed.wait(lock, [&] { return recorder_->gate_open; });
+    --recorder_->running;
+    recorder_->batch_rows.push_back(inputs[0].shape[0]);
+    if (!fail_with_.ok()) return fail_with_;
+    Tensor y = inputs[0];
+    y.name = "y";
+    Tensor n = Rows(inputs[0].shape[0], static_cast<float>(inputs[0].shape[0]));
+    n.name = "n";
+    return std::vector<Tensor>{std::move(y), std::move(n)};
+  }
+
+ private:
+  Recorder* recorder_;
+  absl::Status fail_with_;
+};
+
+std::vector<std::unique_ptr<ModelRunner>> Runners(Recorder* recorder, int n,
+                                                  absl::Status fail = absl::OkStatus()) {
+  std::vector<std::unique_ptr<ModelRunner>> runners;
+  for (int i = 0; i < n; ++i) runners.push_back(std::make_unique<FakeRunner>(recorder, fail));
+  return runners;
+}
+
+// Submits one request and returns its future result.
+std::future<absl::StatusOr<std::vector<Tensor>>> Submit(ModelScheduler& scheduler, int64_t rows,
+                                                        float value) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<std::vector<Tensor>>>>();
+  auto future = promise->get_future();
+  scheduler.Submit({Rows(rows, value)}, rows,
+                   [promise](absl::StatusOr<std::vector<Tensor>> r) { promise->set_value(std::move(r)); });
+  return future;
+}
+
+TEST(ModelSchedulerTest, PreparesAndWarmsEveryInstanceBeforeStarting) {
+  Recorder recorder;
+  SchedulerOptions options;
+  options.warmup = {{Rows(1, 0)}, {Rows(2, 0)}};
+  InferenceStats stats;
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 3), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.prepared, 3);
+  EXPECT_EQ(recorder.batch_rows.size(), 6u);  // 2 warmup requests x 3 instances
+}
+
+TEST(ModelSchedulerTest, AFailingWarmupRefusesTheScheduler) {
+  Recorder recorder;
+  SchedulerOptions options;
+  options.warmup = {{Rows(1, 0)}};
+  InferenceStats stats;
+  auto scheduler = ModelScheduler::Start(options,
+                                         Runners(&recorder, 2, absl::InternalError("boom")),
+                                         SystemClock::Get(), &stats);
+  ASSERT_FALSE(scheduler.ok());
+  EXPECT_EQ(scheduler.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(scheduler.status().message().find(": boom"), absl::string_view::npos);
+  EXPECT_EQ(scheduler.status().message().substr(0, 19), "warmup on instance ");
+}
+
+TEST(ModelSchedulerTest, CombinesRequestsThatQueueWhileTheInstanceIsBusy) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  // A delay far longer than the test: only "full" or "cannot grow" may dispatch a batch.
+  options.policy = {/*max_batch_size=*/4, std::chrono::hours(1)};
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  // Four single-row requests fill a batch at once: no waiting for the delay.
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> first;
+  for (int i = 0; i < 4; ++i) first.push_back(Submit(**scheduler, 1, float(i)));
+  {
+    std::unique_lock<std::mutex> lock(recorder.mu);
+    recorder.changed.wait(lock, [&] { return recorder.running == 1; });
+  }
+  // While that batch runs, four more queue up and fill the next one.
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> second;
+  for (int i = 0; i < 4; ++i) second.push_back(Submit(**scheduler, 1, float(10 + i)));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::vector<Tensor>> result = first[i].get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->size(), 2u);
+    EXPECT_EQ((*result)[0].shape, (std::vector<int64_t>{1, 1}));
+    EXPECT_EQ(FirstFloat((*result)[0]), float(i));  // its own row back
+    EXPECT_EQ(FirstFloat((*result)[1]), 4.0f);      // run in a batch of 4
+  }
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<std::vector<Tensor>> result = second[i].get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(FirstFloat((*result)[0]), float(10 + i));
+    EXPECT_EQ(FirstFloat((*result)[1]), 4.0f);
+  }
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(stats.execution_count, 2u);
+  EXPECT_EQ(stats.inference_count, 8u);
+}
+
+TEST(ModelSchedulerTest, DeferredWakesLetARoundOfRequestsRunAsOneBatch) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};  // no waiting for a batch to fill
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+
+  int flushes_scheduled = 0;
+  DeferredWakes::Install([&] { ++flushes_scheduled; });
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> round;
+  for (int i = 0; i < 5; ++i) round.push_back(Submit(**scheduler, 1, float(i)));
+  // One flush is owed for the round, however many requests it queued.
+  EXPECT_EQ(flushes_scheduled, 1);
+  DeferredWakes::Flush();
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<std::vector<Tensor>> result = round[i].get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(FirstFloat((*result)[0]), float(i));
+    EXPECT_EQ(FirstFloat((*result)[1]), 5.0f);  // all five in one batch
+  }
+  // The next round owes a flush of its own.
+  auto next = Submit(**scheduler, 1, 9.0f);
+  EXPECT_EQ(flushes_scheduled, 2);
+  DeferredWakes::Uninstall();  // flushes what is owed
+  ASSERT_TRUE(next.get().ok());
+  // Without deferral, Submit wakes an instance itself.
+  ASSERT_TRUE(Submit(**scheduler, 1, 10.0f).get().ok());
+  EXPECT_EQ(flushes_scheduled, 2);
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{5, 1, 1}));
+}
+
+TEST(ModelSchedulerTest, WithoutBatchingRunsEachRequestAlone) {
+  Recorder recorder;
+  InferenceStats stats;
+  auto scheduler =
+      ModelScheduler::Start(SchedulerOptions{}, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> results;
+  for (int i = 0; i < 3; ++i) results.push_back(Submit(**scheduler, 2, float(i)));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+  for (auto& f : results) {
+    auto result = f.get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(FirstFloat((*result)[1]), 2.0f);
+  }
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_EQ(stats.execution_count, 3u);
+}
+
+TEST(ModelSchedulerTest, AModelErrorReachesEveryRequestOfTheBatch) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/2, std::chrono::hours(1)};
+  auto scheduler = ModelScheduler::Start(options,
+                                         Runners(&recorder, 1, absl::InternalError("bad")),
+                                         SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  auto a = Submit(**scheduler, 1, 0);
+  auto b = Submit(**scheduler, 1, 1);
+  EXPECT_EQ(a.get().status(), absl::InternalError("bad"));
+  EXPECT_EQ(b.get().status(), absl::InternalError("bad"));
+}
+
+TEST(ModelSchedulerTest, ShutdownFailsTheRequestsStillQueued) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, std::chrono::hours(1)};
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  auto waiting = Submit(**scheduler, 1, 0);  // waits an hour for company
+  scheduler->reset();
+  absl::StatusOr<std::vector<Tensor>> result = waiting.get();
+  EXPECT_EQ(result.status(), absl::UnavailableError("the server is shutting down"));
+}
+
+TEST(ModelSchedulerTest, TheDelayDispatchesAPartialBatch) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(2000)};
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  auto result = Submit(**scheduler, 3, 0).get();  // 3 of 8 rows: only the delay sends it
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(FirstFloat((*result)[1]), 3.0f);
+  EXPECT_GE(stats.queue_ns.load(), 2'000'000u);
+}
+
+}  // namespace
+}  // namespace shoal::serve
