@@ -20,9 +20,10 @@ linear drift of the machine weighs on A and B alike. For every metric:
     aa_spread      max - min over A's runs: what this machine varies by between two runs of the
                    same build; aa_spread_rel is that over A's mean
     ba_diff        mean(B) - mean(A); ba_ratio = mean(B) / mean(A)
-    verdict        "worse beyond A/A spread" when B is worse than A (in the metric's direction)
-                   by more than aa_spread, "better beyond A/A spread" likewise, else "within
-                   A/A spread"; booleans (correctness checks) must hold in every run.
+    verdict        "worse beyond A/A spread" when every B run is worse than every A run (in the
+                   metric's direction) and mean(B) - mean(A) exceeds the larger of the A/A and
+                   B/B spreads; "better beyond A/A spread" likewise; else "within A/A
+                   spread". Booleans (correctness checks) must hold in every run.
 One JSON object on stdout (each run's own JSON is kept under --out); a table on stderr.
 
 Sizes (--sizes full, chosen so that the whole ABBA run takes ~20-25 min on the 2-core VM;
@@ -90,7 +91,8 @@ BENCHMARKS = {
     "launch": {
         "argv": {
             "full": driver("launch_overhead.py") + ["--n", "8,32", "--reps", "10", "--no-mpirun"],
-            "smoke": driver("launch_overhead.py") + ["--n", "8", "--reps", "3", "--no-mpirun"],
+            "smoke": driver("launch_overhead.py") + ["--n", "8,32", "--reps", "2",
+                                                     "--no-mpirun"],
         },
         "timeout": 300,
         "metrics": [
@@ -142,8 +144,10 @@ BENCHMARKS = {
              ["trivial", "kill_to_failure_recorded", "median_ms"], "lower"),
             ("pytorch kill -> all scripts started median ms",
              ["pytorch", "shoal", "kill_to_all_ranks_script_start", "median_ms"], "lower"),
+            # Mostly `import torch` (2-3 s, which swings by a second under load): shown, not
+            # judged; the two figures around it are Shoal's part.
             ("pytorch kill -> all first step median ms",
-             ["pytorch", "shoal", "kill_to_all_ranks_first_step", "median_ms"], "lower"),
+             ["pytorch", "shoal", "kill_to_all_ranks_first_step", "median_ms"], "info"),
             ("pytorch Shoal's own part median ms", ["pytorch", "shoal_own_part_median_ms"],
              "lower"),
             ("trivial target met", ["trivial", "target_met"], "true"),
@@ -387,9 +391,17 @@ def compare(metric, runs):
     if direction == "info" or spread is None:
         entry["verdict"] = "info" if direction == "info" else "no A/A pair"
         return label, entry
-    worse = (mean_b - mean_a) if direction == "lower" else (mean_a - mean_b)
-    entry["verdict"] = ("worse beyond A/A spread" if worse > spread
-                        else "better beyond A/A spread" if -worse > spread
+    # Worse only when every B run is worse than every A run and the means differ by more than
+    # the larger same-build spread (A/A, and B/B when B ran twice): with identical builds the
+    # first alone happens in 1 of 6 ABBA runs per metric (any 2 of 4 exchangeable values).
+    noise = max(spread, (max(b) - min(b)) if len(b) > 1 else 0.0)
+    above, below = min(b) > max(a), max(b) < min(a)  # B's runs all above / all below A's
+    if direction == "lower":
+        worse, separated_worse, separated_better = mean_b - mean_a, above, below
+    else:
+        worse, separated_worse, separated_better = mean_a - mean_b, below, above
+    entry["verdict"] = ("worse beyond A/A spread" if separated_worse and worse > noise
+                        else "better beyond A/A spread" if separated_better and -worse > noise
                         else "within A/A spread")
     return label, entry
 
