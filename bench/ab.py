@@ -26,18 +26,21 @@ linear drift of the machine weighs on A and B alike. For every metric:
                    spread". Booleans (correctness checks) must hold in every run.
 One JSON object on stdout (each run's own JSON is kept under --out); a table on stderr.
 
-Sizes (--sizes full, chosen so that the whole ABBA run takes ~20-25 min on the 2-core VM;
-each driver's defaults are larger, for the standing figures):
-    launch      launch_overhead --n 8,32 --reps 10 --no-mpirun                     ~10 s a run
-    detection   fault_detection --faults 300 --hung-faults 15 --silent-faults 8
-                --no-torchrun                                                       ~30 s
-    recovery    recovery_time --faults 150 --torch-faults 4 --no-torchrun            ~50 s
-    elastic     elastic_membership --faults 60 --limit 3                             ~25 s
+Sizes (--sizes full; each driver's own defaults are larger, for the standing figures). The
+seconds are one run's, measured at a load average of ~11 on the 2-core VM (five builds
+running): one pass of all seven takes ~4.3 min, so the whole ABBA run ~17 min, less on a quiet
+machine.
+    launch      launch_overhead --n 8,32 --reps 10 --no-mpirun                      7 s a run
+    detection   fault_detection --faults 500 --hung-faults 15 --silent-faults 12
+                --no-torchrun                                                       30 s
+    recovery    recovery_time --faults 200 --torch-faults 4 --no-torchrun            47 s
+    elastic     elastic_membership --faults 100 --limit 3                            30 s
     control     control_plane_bench --agents 1024 --reps 3 --hb-agents 1000
-                --hb-tasks 10 --hb-seconds 10                                        ~45 s
+                --hb-tasks 10 --hb-seconds 10                                        37 s
     serving     serving_bench --servers shoal,shoal_unbatched --models identity,mlp
-                --concurrency 1,32 --duration 2.5 --warmup 0.5 --floor-concurrency 0 ~45 s
-    overhead    shoal_overhead --workers 2,8 --epochs 200 --epochs-8 150              ~60 s
+                --concurrency 1,32 --duration 2.5 --warmup 0.5 --floor-concurrency 0 44 s
+    overhead    shoal_overhead --workers 2,8 --epochs 200 --epochs-8 150 (training
+                windows of ~20 s each)                                               61 s
 --sizes smoke runs each of them for a few seconds (to check the drivers, not for figures).
 The anchors that have no Shoal in them (torchrun, mpirun, FastAPI, the bare libtorch loop, the
 floor server) are left out: they are the same for both builds.
@@ -105,8 +108,8 @@ BENCHMARKS = {
     },
     "detection": {
         "argv": {
-            "full": driver("fault_detection.py") + ["--faults", "300", "--hung-faults", "15",
-                                                    "--silent-faults", "8", "--no-torchrun"],
+            "full": driver("fault_detection.py") + ["--faults", "500", "--hung-faults", "15",
+                                                    "--silent-faults", "12", "--no-torchrun"],
             "smoke": driver("fault_detection.py") + ["--faults", "20", "--hung-faults", "2",
                                                      "--silent-faults", "2", "--no-torchrun"],
         },
@@ -129,7 +132,7 @@ BENCHMARKS = {
     },
     "recovery": {
         "argv": {
-            "full": driver("recovery_time.py") + ["--faults", "150", "--torch-faults", "4",
+            "full": driver("recovery_time.py") + ["--faults", "200", "--torch-faults", "4",
                                                   "--no-torchrun"],
             "smoke": driver("recovery_time.py") + ["--faults", "10", "--torch-faults", "1",
                                                    "--no-torchrun"],
@@ -155,7 +158,7 @@ BENCHMARKS = {
     },
     "elastic": {
         "argv": {
-            "full": driver("elastic_membership.py") + ["--faults", "60", "--limit", "3"],
+            "full": driver("elastic_membership.py") + ["--faults", "100", "--limit", "3"],
             "smoke": driver("elastic_membership.py") + ["--faults", "5", "--limit", "1"],
         },
         "timeout": 400,
@@ -232,10 +235,10 @@ BENCHMARKS = {
     },
 }
 
-# Rough seconds of one run at --sizes full on the 2-core VM (measured on a busy machine; for
-# --dry-run's estimate only).
-FULL_SECONDS = {"launch": 10, "detection": 30, "recovery": 50, "elastic": 25, "control": 45,
-                "serving": 45, "overhead": 60}
+# Seconds of one run at --sizes full on the 2-core VM at a load average of ~11 (for --dry-run's
+# estimate only).
+FULL_SECONDS = {"launch": 7, "detection": 30, "recovery": 47, "elastic": 30, "control": 37,
+                "serving": 44, "overhead": 61}
 
 
 # ------------------------------------------------------------------------------- builds

@@ -9,7 +9,7 @@ generated job:
              cpus 1, memory 2GiB) with --epochs E (--epochs, 300) instead of 10, so that the
              training lasts long enough for /proc's 10 ms ticks to resolve 0.1 %
   8 workers  the same training with 8 instances of cpus 0.25, memory 1GiB (8 x 0.25 fits a
-             2-core machine), --epochs E8 (--epochs-8, 300)
+             2-core machine; other counts share the cores alike), --epochs E8 (--epochs-8, 300)
 The training window is read from the job's own output as the client prints it: from rank 0's
 `epoch 1/E` line (the first epoch is train.py's warmup too) to its `epoch E/E` line, i.e. the
 steps train.py averages its mean_step_ms over. At each end the driver reads
@@ -82,8 +82,12 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def job_yaml(python, workers, epochs):
+    """The demo's job (2 workers) or the same training with `workers` workers that share the
+    machine's cores (8 x 0.25 on 2 cores)."""
     argv = json.dumps([python, str(TRAIN), "--epochs", str(epochs)])
-    resources = "{cpus: 1, memory: 2GiB}" if workers == 2 else "{cpus: 0.25, memory: 1GiB}"
+    cpus = min(1.0, int(100 * len(os.sched_getaffinity(0)) / workers) / 100)
+    resources = ("{cpus: 1, memory: 2GiB}" if workers == 2
+                 else f"{{cpus: {cpus:g}, memory: 1GiB}}")
     return (f"name: overhead-{workers}w\n"
             "framework: pytorch\n"
             "roles:\n"
@@ -204,7 +208,9 @@ def window_cpu(kinds_start, snap_start, kinds_end, snap_end):
         d_children = end[2] - (start[2] if start else 0)
         threads_before = start[3] if start else {}
         d_ns = sum(ns - threads_before.get(tid, 0) for tid, ns in end[3].items())
-        k = per_kind.setdefault(kind, {"self": 0, "children": 0, "ns": 0, "processes": 0})
+        k = per_kind.setdefault(kind, {"self": 0, "children": 0, "ns": 0, "processes": 0,
+                                       "threads_ended": 0})
+        k["threads_ended"] += len(set(threads_before) - set(end[3]))
         k["self"] += d_self
         k["children"] += d_children
         k["ns"] += d_ns
@@ -232,7 +238,9 @@ def cleanup(jobs_dir):
             c.kill_quietly(pid)
 
 
-EPOCH_RE = re.compile(r"^worker:0 \| epoch (\d+)/(\d+) ")
+# Rank 0's lines as the client prints them (the prefix may be padded to the longest task name).
+EPOCH_RE = re.compile(r"^worker:0 +\| epoch (\d+)/(\d+) ")
+METRIC_RE = re.compile(r"^worker:0 +\| (\{.*\"metric\".*)$")
 
 
 def run_once(shoal, python, workers, epochs, tmp, timeout):
@@ -269,9 +277,9 @@ def run_once(shoal, python, workers, epochs, tmp, timeout):
                 new = {p: k for p, k in kinds_end.items() if p not in start[1]}
                 snap.update(snapshot(new))
                 end = end_t, dict(start[1], **new), snap, len(lines)
-            elif line.startswith("worker:0 | {") and '"metric"' in line:
+            elif METRIC_RE.match(line):
                 with contextlib.suppress(ValueError):
-                    metric = json.loads(line.split(" | ", 1)[1])
+                    metric = json.loads(METRIC_RE.match(line).group(1))
         rc = proc.wait()
     finally:
         killer.cancel()
@@ -306,12 +314,14 @@ def run_once(shoal, python, workers, epochs, tmp, timeout):
                 "percent_of_one_core_threads_ns": pct_ns(v["ns"]),
                 "cpu_s": round(sec(v["self"] + v["children"]), 3),
                 "reaped_children_cpu_s": round(sec(v["children"]), 3),
+                "threads_ended_in_window": v["threads_ended"],
                 "processes": v["processes"]}
             for k, v in sorted(shoal_kinds.items())},
         "demo_percent_of_one_core": pct(demo_ticks),
         "demo_percent_of_one_core_threads_ns": pct_ns(demo.get("ns", 0)),
         "demo_cpu_s": round(sec(demo_ticks), 3),
         "demo_processes": demo["processes"],
+        "demo_threads_ended_in_window": demo.get("threads_ended", 0),
         "shoal_over_demo_cpu": c.ratio(shoal_ticks, demo_ticks),
         "resolution_percent": round(100.0 * n_shoal_procs / CLK_TCK / window_s, 4),
         "rank0_steps_in_window": steps,
