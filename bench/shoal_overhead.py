@@ -12,7 +12,10 @@ generated job:
              2-core machine; other counts share the cores alike), --epochs E8 (--epochs-8, 300)
 The training window is read from the job's own output as the client prints it: from rank 0's
 `epoch 1/E` line (the first epoch is train.py's warmup too) to its `epoch E/E` line, i.e. the
-steps train.py averages its mean_step_ms over. At each end the driver reads
+steps train.py averages its mean_step_ms over. The lines reach the client up to the agent's
+output batching (SHOAL_AGENT_LOG_FLUSH_MS, 100 ms) late, alike at both ends, so the window's
+length is known to about 0.1 s: 0.5 % of the ~20 s windows of the defaults (a run whose window
+is under 5 s says so in `warning`). At each end the driver reads
 /proc/<pid>/stat of every process of the job once (nothing is sampled in between, so nothing
 is perturbed but by the driver's own reading of the client's output, which someone always
 does). Which processes are whose, found by walking /proc from the client, the master
@@ -30,8 +33,10 @@ Two clocks, both reported:
            children reaped in the window are in it) but in 1/SC_CLK_TCK s (10 ms) steps;
            `resolution_percent` is one tick per process over the window. The headline figure.
   ns       the sum over each process's threads of /proc/<pid>/task/<tid>/schedstat's runtime:
-           exact, but a thread that ended inside the window is missing
-           (`*_threads_ns` keys); a short window (a smoke run) resolves only with this one.
+           exact, but a thread that ended inside the window is missing (`*_threads_ns` keys;
+           `threads_ended_in_window` says whether any did: Shoal's processes end none in a
+           steady window, the demo's torch does); a short window (a smoke run) resolves
+           only with this one.
 
 Also measured, in this process: the cost of one `shoal.progress(step)` call with a progress
 board, which is what the demo pays per step inside its own loop (counted in the demo's CPU
@@ -78,6 +83,7 @@ import _common as c  # noqa: E402
 
 TRAIN = c.DEMO_DIR / "train.py"
 TARGET_PERCENT = 0.5
+MIN_WINDOW_S = 5.0
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -303,7 +309,7 @@ def run_once(shoal, python, workers, epochs, tmp, timeout):
     demo_ticks = demo["self"] + demo["children"]
     steps = (metric or {}).get("steps")
     n_shoal_procs = sum(v["processes"] for v in shoal_kinds.values())
-    return {
+    out = {
         "window_s": round(window_s, 3),
         "run_wall_s": round(wall_s, 3),
         "shoal_percent_of_one_core": pct(shoal_ticks),
@@ -331,6 +337,10 @@ def run_once(shoal, python, workers, epochs, tmp, timeout):
         "job_output_lines_per_s": round((end[3] - start[3]) / window_s, 1),
         "task_exited_in_window": exited,
     }
+    if window_s < MIN_WINDOW_S:
+        out["warning"] = (f"a window of {window_s:.2f} s: its ends are known to ~0.1 s (output "
+                          f"batching), more --epochs make it longer")
+    return out
 
 
 def progress_call_us(reps=200000):
