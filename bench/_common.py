@@ -38,17 +38,19 @@ def emit(result):
 def add_shoal_arg(parser):
     parser.add_argument(
         "--shoal", metavar="PATH",
-        help="the shoal binary (default: `shoal` on PATH, else "
+        help="the shoal binary (default: $SHOAL_BIN, else `shoal` on PATH, else "
              "build/src/cli/shoal under the repository root)")
 
 
 def find_shoal(explicit=None):
-    """Returns (path, None) or (None, reason). Order: --shoal, PATH, the build tree."""
-    if explicit:
-        p = Path(explicit)
-        if p.is_file() and os.access(p, os.X_OK):
-            return str(p.resolve()), None
-        return None, f"--shoal {explicit}: not an executable file"
+    """Returns (path, None) or (None, reason). Order: --shoal, $SHOAL_BIN (as the e2e tests
+    take it; bench/ab.py points every driver at one build this way), PATH, the build tree."""
+    for source, given in (("--shoal", explicit), ("SHOAL_BIN", os.environ.get("SHOAL_BIN"))):
+        if given:
+            p = Path(given)
+            if p.is_file() and os.access(p, os.X_OK):
+                return str(p.resolve()), None
+            return None, f"{source} {given}: not an executable file"
     on_path = shutil.which("shoal")
     if on_path:
         return on_path, None

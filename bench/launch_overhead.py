@@ -105,13 +105,15 @@ def main():
     ap.add_argument("--timeout", type=float, default=30, help="per-run limit, s (30)")
     ap.add_argument("--mpirun-plain", action="store_true",
                     help="run mpirun without --mca odls_base_num_threads 0")
+    ap.add_argument("--no-mpirun", action="store_true",
+                    help="skip the mpirun anchor (bench/ab.py: ~2.5 s a run, no Shoal in it)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary jobs dir")
     args = ap.parse_args()
     if args.reps < 1:
         ap.error("--reps must be >= 1")
 
     shoal, shoal_err = c.find_shoal(args.shoal)
-    mpirun = shutil.which("mpirun")
+    mpirun = None if args.no_mpirun else shutil.which("mpirun")
     result = {
         "benchmark": "launch_overhead",
         "reps": args.reps,
@@ -129,7 +131,9 @@ def main():
     if shoal_err:
         result["shoal_error"] = shoal_err
         c.log(f"launch_overhead: {shoal_err}; measuring the anchors only")
-    if not mpirun:
+    if args.no_mpirun:
+        result["mpirun_error"] = "skipped (--no-mpirun)"
+    elif not mpirun:
         result["mpirun_error"] = "mpirun not found on PATH"
         c.log("launch_overhead: mpirun not found; skipping that anchor")
 

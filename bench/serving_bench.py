@@ -57,7 +57,8 @@ TARGET_LIBTORCH_FRACTION = 0.9  # saturated throughput vs the bare loop
 # ------------------------------------------------------------------------------- the setup
 
 def find_build_tool(explicit, name, shoal_path):
-    """(path, None) or (None, reason): --flag, next to shoal's build tree, build/bench/."""
+    """(path, None) or (None, reason): --flag, next to shoal's build tree, next to shoal itself
+    (a flat copy of a build, as bench/ab.py's /work/baseline), build/bench/."""
     candidates = []
     if explicit:
         candidates = [Path(explicit)]
@@ -65,6 +66,7 @@ def find_build_tool(explicit, name, shoal_path):
         if shoal_path:
             # build/src/cli/shoal -> build/bench/NAME
             candidates.append(Path(shoal_path).resolve().parents[2] / "bench" / name)
+            candidates.append(Path(shoal_path).resolve().parent / name)
         candidates.append(c.REPO_ROOT / "build" / "bench" / name)
     for p in candidates:
         if p.is_file() and os.access(p, os.X_OK):

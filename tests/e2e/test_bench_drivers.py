@@ -2,8 +2,9 @@
 a short real run reports every mode, stops at its time budget, and the background load it adds
 is gone when it ends; bench/step_time_concurrent.py refuses lanes it cannot run and pairs its
 rounds' ratios by kind; both say how many rounds a +-1 % interval would need on the machine they
-ran on; bench/log_forwarding.py shows every line in both of its modes. No
-timing is asserted."""
+ran on; bench/log_forwarding.py shows every line in both of its modes; bench/shoal_overhead.py
+tells Shoal's processes from the demo's; bench/ab.py runs two builds interleaved and calls B worse
+only beyond the same-build spread. No timing is asserted."""
 
 import json
 import math
@@ -148,3 +149,87 @@ def test_log_forwarding_shows_every_line_batched_and_per_read():
         run = result["runs"][mode][0]
         assert run["shoal_processes"] == 3, run  # client, master, agent
         assert run["lines_printed"] > 0 and run["lines_shown"] == run["lines_printed"], run
+
+
+OVERHEAD = e2e.REPO_ROOT / "bench" / "shoal_overhead.py"
+
+
+def test_overhead_splits_the_cpu_of_a_training_job_between_shoal_and_the_demo():
+    r = subprocess.run([sys.executable, str(OVERHEAD), "--shoal", e2e.SHOAL_BIN, "--workers", "2",
+                        "--epochs", "30"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["shoal"] == os.path.abspath(e2e.SHOAL_BIN)
+    entry = result["results"]["2"]
+    assert "error" not in entry, entry
+    run = entry["runs"][0]
+    # Shoal's processes by kind; the two training processes are the demo's, none of Shoal's.
+    assert {"client", "master", "agent"} <= set(run["per_process_kind"]), run
+    assert "demo" not in run["per_process_kind"]
+    assert run["per_process_kind"]["client"]["processes"] == 1
+    assert run["demo_processes"] == 2
+    assert run["task_exited_in_window"] == []  # the window ends before any task does
+    assert run["window_s"] > 0 and run["demo_cpu_s"] > 0, run
+    assert result["sdk_progress_call_us"] > 0
+    assert "progress" in result["data_path"]
+
+
+AB = e2e.REPO_ROOT / "bench" / "ab.py"
+
+
+def test_ab_refuses_bad_options_before_anything_runs(tmp_path):
+    build = os.path.dirname(os.path.abspath(e2e.SHOAL_BIN))
+    for args, says in [(["--b", str(tmp_path / "missing")], "not a directory"),
+                       (["--b", str(tmp_path)], "no shoal in"),
+                       (["--b", build, "--pattern", "AB"], "at least two A"),
+                       (["--b", build, "--pattern", "ABC"], "letters A and B only"),
+                       (["--b", build, "--only", "launch,lanuch"], "unknown benchmark(s) lanuch")]:
+        r = subprocess.run([sys.executable, str(AB), "--a", build, *args], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr, (args, r.stderr)
+        assert r.stdout == ""
+
+
+def test_ab_runs_both_builds_interleaved_and_reports_the_aa_spread(tmp_path):
+    # Both sides the build under test (the directory of SHOAL_BIN, a flat build): an A/B/A'.
+    build = os.path.dirname(os.path.abspath(e2e.SHOAL_BIN))
+    r = subprocess.run([sys.executable, str(AB), "--a", build, "--b", build, "--only", "launch",
+                        "--sizes", "smoke", "--pattern", "ABA", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout)
+    launch = result["benchmarks"]["launch"]
+    # Each run got its build's binary through SHOAL_BIN (ab.py checks what the driver ran).
+    assert [(x["label"], x["build"]) for x in launch["runs"]] == [("A", "A"), ("B", "B"),
+                                                                   ("A'", "A")]
+    assert all("error" not in x for x in launch["runs"]), launch["runs"]
+    metric = launch["metrics"]["N=8 shoal median ms"]
+    assert all(metric[x] > 0 for x in ("A", "B", "A'")), metric
+    assert metric["aa_spread"] == round(abs(metric["A"] - metric["A'"]), 4)
+    assert metric["verdict"] in ("within A/A spread", "worse beyond A/A spread",
+                                 "better beyond A/A spread")
+    assert (tmp_path / "ab.json").is_file() and (tmp_path / "launch-Ap.json").is_file()
+
+
+def test_ab_calls_b_worse_only_beyond_both_builds_own_spread():
+    sys.path.insert(0, str(AB.parent))
+    try:
+        import ab
+    finally:
+        sys.path.pop(0)
+
+    def verdict(direction, a, b, b2, a2):
+        runs = [{"label": label, "build": label[0], "json": {"x": v}}
+                for label, v in (("A", a), ("B", b), ("B'", b2), ("A'", a2))]
+        return ab.compare(("x", ["x"], direction), runs)[1]["verdict"]
+
+    assert verdict("lower", 10, 20, 21, 11) == "worse beyond A/A spread"
+    assert verdict("higher", 10, 20, 21, 11) == "better beyond A/A spread"
+    # B's runs overlap A's: noise, whatever the means say.
+    assert verdict("lower", 10, 30, 10.5, 11) == "within A/A spread"
+    # Separated, but by less than B differs from itself.
+    assert verdict("lower", 10, 11.2, 14, 11) == "within A/A spread"
+    assert verdict("info", 10, 20, 21, 11) == "info"
+    runs = [{"label": lab, "build": lab[0], "json": {"ok": v}}
+            for lab, v in (("A", True), ("B", False), ("B'", True), ("A'", True))]
+    assert ab.compare(("ok", ["ok"], "true"), runs)[1]["verdict"] == "FAILS in B"
