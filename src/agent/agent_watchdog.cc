@@ -81,8 +81,10 @@ absl::StatusOr<std::unique_ptr<AgentWatchdog>> AgentWatchdog::Start(
                std::to_string(limit.count())};
   spec.env = InheritedEnvironment({});
   absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
-  absl::StatusOr<process::LaunchedProcess> child = plan.status();
-  if (plan.ok()) {
+  absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
+  if (!plan.ok()) {
+    child = plan.status();
+  } else {
     process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the agent's
     setup.stdout_fd = STDOUT_FILENO;
     setup.stderr_fd = STDERR_FILENO;

@@ -127,8 +127,10 @@ class Worker {
     spec.argv = {"/bin/sh", "-c", request->command};
     spec.env = InheritedEnvironment({});
     absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
-    absl::StatusOr<process::LaunchedProcess> child = plan.status();
-    if (plan.ok()) {
+    absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
+    if (!plan.ok()) {
+      child = plan.status();
+    } else {
       process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the worker's
       setup.stdout_fd = STDOUT_FILENO;
       setup.stderr_fd = STDERR_FILENO;
