@@ -168,5 +168,14 @@ TEST(SystemLauncherTest, RefusesAnExtraFdOverStdio) {
   EXPECT_TRUE(absl::IsInvalidArgument(child.status())) << child.status();
 }
 
+// Success replaces this process (the e2e tests of `shoal tensorboard` and the MPI launcher see
+// it); failure comes back as a Status naming the program.
+TEST(ExecInPlaceTest, AMissingProgramComesBackAsNotFound) {
+  absl::Status status = ExecInPlace({"shoal-exec-in-place-test-no-such-program"});
+  EXPECT_TRUE(absl::IsNotFound(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("cannot run shoal-exec-in-place-test-no-such-program"));
+  EXPECT_TRUE(absl::IsInvalidArgument(ExecInPlace({})));
+}
+
 }  // namespace
 }  // namespace shoal::process
