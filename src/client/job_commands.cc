@@ -20,6 +20,7 @@
 #include "client/status_render.h"
 #include "common/files.h"
 #include "master/tensorboard_sidecar.h"
+#include "nlohmann/json.hpp"
 #include "process/process_launcher.h"
 #include "spec/spec_parser.h"
 
