@@ -63,8 +63,9 @@ struct SupervisorCallbacks {
 //
 // Each process runs in its own process group and, where the machine allows, its own cgroups
 // (memory limit, OOM detection, and finding every descendant even after setsid). Exits are
-// learned from the kernel through a pidfd per child (the launcher's exit fd) in an epoll set shared with the stdout and
-// stderr pipes; one I/O thread owned by the supervisor runs that loop and all callbacks.
+// learned through the launcher's exit fd per child (a pidfd for real processes) in an epoll set
+// shared with the stdout and stderr pipes; one I/O thread owned by the supervisor runs that loop
+// and all callbacks. Every start, signal and reap goes through the ProcessLauncher.
 //
 // A task ends when its launched process ends: at that point whatever is left of its process
 // group and cgroup is SIGKILLed, its pipes are drained of what is available, on_exit runs, and
