@@ -14,13 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "agent/free_ports.h"
+#include "machine/free_ports.h"
 #include "agent/task_directories.h"
 #include "agent/task_environment.h"
 #include "common/files.h"
-#include "common/process.h"
+#include "process/process.h"
 #include "shoal/v1/shoal.grpc.pb.h"
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 #include "spdlog/spdlog.h"
 
 namespace shoal::agent {
@@ -295,9 +295,9 @@ bool Agent::Connect() {
   auto* r = reg.mutable_register_();
   r->set_version(v1::PROTOCOL_VERSION_CURRENT);
   r->set_node_name(options_.node_name);
-  spec::InventoryOptions inv_options;
+  machine::InventoryOptions inv_options;
   inv_options.fake_gpus = options_.fake_gpus;
-  spec::MachineInventory inv = spec::DetectLocalInventory(inv_options);
+  machine::MachineInventory inv = machine::DetectLocalInventory(inv_options);
   if (options_.bound_gpus) inv.gpus = *options_.bound_gpus;
   auto* i = r->mutable_inventory();
   i->set_hostname(inv.hostname);
@@ -305,8 +305,9 @@ bool Agent::Connect() {
   i->set_cpus(inv.cpus);
   i->set_memory_bytes(inv.memory_bytes);
   for (const auto& g : inv.gpus) i->add_gpus(g);
-  PortRange range = options_.task_ports.value_or(TaskPortRange(EphemeralPortRange()));
-  std::vector<uint32_t> ports = FindFreePorts(options_.ports, range);
+  PortRange range =
+      options_.task_ports.value_or(machine::TaskPortRange(machine::EphemeralPortRange()));
+  std::vector<uint32_t> ports = machine::FindFreePorts(options_.ports, range);
   size_t outside = 0;
   for (uint32_t p : ports) {
     r->add_free_ports(p);

@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/agent_watchdog.h"
 #include "agent/log_batcher.h"
-#include "agent/process_supervisor.h"
+#include "process/process_supervisor.h"
 #include "agent/sdk_server.h"
 #include "common/port_range.h"
 
@@ -28,6 +28,13 @@ class MasterMessage;
 }  // namespace shoal::v1
 
 namespace shoal::agent {
+
+// The process module's vocabulary, which the agent speaks throughout.
+using process::ProcessExit;
+using process::ProcessSpec;
+using process::ProcessSupervisor;
+using process::SupervisorCallbacks;
+using process::SupervisorOptions;
 
 class MasterLink;
 

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,8 +19,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
-extern char** environ;
+#include "process/exec_plan.h"
+#include "process/process.h"
+#include "process/process_launcher.h"
 
 namespace shoal::agent {
 namespace {
@@ -75,48 +75,40 @@ absl::StatusOr<std::unique_ptr<AgentWatchdog>> AgentWatchdog::Start(
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("watchdog pipe: ", std::strerror(errno)));
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  // dup2 clears close-on-exec on the copy; the original ends stay close-on-exec.
-  posix_spawn_file_actions_adddup2(&actions, fds[0], kWatchdogFd);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigfillset(&defaults);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  // Its own process group: a signal to the agent's group (Ctrl-C) must not take it along
-  // before the agent has gone.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  std::string agent = std::to_string(::getpid());
-  std::string limit_ms = std::to_string(limit.count());
-  std::vector<char*> argv = {const_cast<char*>(shoal_binary.c_str()),
-                             const_cast<char*>("agent-watchdog"),
-                             const_cast<char*>(agent.c_str()),
-                             const_cast<char*>(limit_ms.c_str()), nullptr};
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, shoal_binary.c_str(), &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  ::close(fds[0]);
-  if (rc != 0) {
-    ::close(fds[1]);
-    return absl::InternalError(
-        absl::StrCat("cannot start the agent's watchdog ", shoal_binary, ": ", std::strerror(rc)));
+  process::ProcessSpec spec;
+  spec.key = "agent-watchdog";
+  spec.argv = {shoal_binary, "agent-watchdog", std::to_string(::getpid()),
+               std::to_string(limit.count())};
+  spec.env = InheritedEnvironment({});
+  absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
+  absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
+  if (!plan.ok()) {
+    child = plan.status();
+  } else {
+    process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the agent's
+    setup.stdout_fd = STDOUT_FILENO;
+    setup.stderr_fd = STDERR_FILENO;
+    setup.extra_fds[kWatchdogFd] = fds[0];
+    // Its own process group: a signal to the agent's group (Ctrl-C) must not take it along
+    // before the agent has gone. It outlives the agent on purpose: it is what kills a hung one.
+    setup.grouping = process::Grouping::kNewProcessGroup;
+    setup.die_with_parent = false;
+    child = process::SystemLauncher().Launch(*plan, setup);
   }
+  ::close(fds[0]);
+  if (!child.ok()) {
+    ::close(fds[1]);
+    return absl::InternalError(absl::StrCat("cannot start the agent's watchdog ", shoal_binary,
+                                            ": ", child.status().message()));
+  }
+  pid_t pid = child->pid;
   ::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   return std::unique_ptr<AgentWatchdog>(new AgentWatchdog(fds[1], pid));
 }
 
 AgentWatchdog::~AgentWatchdog() {
   ::close(fd_);  // EOF: the watchdog exits
-  int status;
-  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-  }
+  process::SystemLauncher().Wait(pid_);
 }
 
 void AgentWatchdog::Ping() {

@@ -10,9 +10,11 @@
 #include <thread>
 #include <vector>
 
-#include "agent/process_supervisor.h"
+#include "process/process_supervisor.h"
 
 namespace shoal::agent {
+
+using process::OutputStream;
 
 // Gathers task output for a short window before it goes to the master. A task that flushes
 // every line would otherwise cost one message per line through agent, master and client: with

@@ -23,12 +23,12 @@
 #include "backends/yarn/yarn_backend.h"
 #include "common/files.h"
 #include "common/port_range.h"
-#include "common/process.h"
+#include "process/process.h"
 #include "master/master.h"
 #include "master/tensorboard_sidecar.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 #include "spec/spec_parser.h"
 
 namespace shoal::cli {
@@ -162,10 +162,10 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     }
     backend = std::make_unique<backends::YarnBackend>(std::move(yarn));
   } else if (backend_name == "local") {
-    spec::InventoryOptions inv;
+    machine::InventoryOptions inv;
     if (submit.contains("fake_gpus")) inv.fake_gpus = submit["fake_gpus"].get<uint32_t>();
     backends::LocalBackendOptions local;
-    local.machine = spec::DetectLocalInventory(inv);
+    local.machine = machine::DetectLocalInventory(inv);
     local.ledger_dir = submit.value("jobs_root", job_dir + "/..") + "/.ledger";
     local.agent_work_dir = job_dir + "/agents/local";
     local.fake_gpus = inv.fake_gpus;

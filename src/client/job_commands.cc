@@ -21,6 +21,7 @@
 #include "common/files.h"
 #include "master/tensorboard_sidecar.h"
 #include "nlohmann/json.hpp"
+#include "process/process_launcher.h"
 #include "spec/spec_parser.h"
 
 namespace shoal::client {
@@ -238,12 +239,9 @@ int ServeTensorBoard(const std::string& root, const std::string& job) {
     argv.emplace_back(a);
   }
   std::cerr << "shoal | TensorBoard over " << logdir << " (Ctrl-C stops it)\n";
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
   // TensorBoard prints its own URL; it is this command from here on.
-  ::execvp(args[0], args.data());
-  std::cerr << "shoal: cannot run " << argv[0] << ": " << std::strerror(errno) << "\n";
+  absl::Status replaced = process::ExecInPlace(argv);
+  std::cerr << "shoal: " << replaced.message() << "\n";
   return kExitJobFailed;
 }
 

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
-#include "common/process.h"
+#include "process/process.h"
 
 namespace shoal::client {
 

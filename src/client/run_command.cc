@@ -2,7 +2,6 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +24,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "agent/free_ports.h"
+#include "machine/free_ports.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/webhdfs.h"
@@ -38,14 +37,14 @@
 #include "client/status_render.h"
 #include "common/files.h"
 #include "common/port_range.h"
-#include "common/process.h"
+#include "process/exec_plan.h"
+#include "process/process.h"
+#include "process/process_launcher.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "nlohmann/json.hpp"
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 #include "spec/spec_parser.h"
-
-extern char** environ;
 
 namespace shoal::client {
 namespace {
@@ -162,37 +161,32 @@ absl::Status CheckComponentsFitPartition(const spec::JobSpec& job, const std::st
 absl::Status StartMaster(const std::string& shoal_binary, const std::string& job_dir, bool recover,
                          int ready_fd, pid_t* pid) {
   std::string log = job_dir + "/master.log";
-  std::vector<std::string> args = {shoal_binary, "master", "--job-dir", job_dir, "--ready-fd", "3"};
-  if (recover) args.push_back("--recover");
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, ready_fd, 3);  // ready_fd > 3: dup2 clears CLOEXEC
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
+  process::ProcessSpec spec;
+  spec.key = "master";
+  spec.argv = {shoal_binary, "master", "--job-dir", job_dir, "--ready-fd", "3"};
+  if (recover) spec.argv.push_back("--recover");
+  spec.env = InheritedEnvironment({});
+  auto plan = process::ExecPlan::Build(spec);
+  if (!plan.ok()) return plan.status();
+  UniqueFd log_fd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!log_fd.valid()) return ErrnoStatus("start the master: open " + log, errno);
+  process::ChildSetup setup;  // stdin: /dev/null
+  setup.stdout_fd = setup.stderr_fd = log_fd.get();
+  setup.extra_fds[3] = ready_fd;
   // A session of its own: the master outlives this client and never gets the terminal's
   // Ctrl-C; the client decides what an interrupt means. Signals blocked here are unblocked.
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
+  setup.grouping = process::Grouping::kNewSession;
   // The client ignores SIGPIPE (it notices a closed stdout by EPIPE); the master must not
   // inherit that.
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  int rc = ::posix_spawn(pid, argv[0], &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return ErrnoStatus("start the master " + shoal_binary, rc);
+  setup.default_signals = std::vector<int>{SIGPIPE};
+  setup.die_with_parent = false;
+  auto child = process::SystemLauncher().Launch(*plan, setup);
+  if (!child.ok()) {
+    return absl::Status(child.status().code(),
+                        absl::StrCat("start the master ", shoal_binary, ": ",
+                                     child.status().message()));
+  }
+  *pid = child->pid;
   return absl::OkStatus();
 }
 
@@ -247,8 +241,8 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
 // would only fail once its agent started. `task_ports`: SHOAL_TASK_PORTS, when set.
 absl::Status CheckLocalPortsFit(const spec::JobSpec& spec,
                                 const std::optional<PortRange>& task_ports) {
-  PortRange ephemeral = agent::EphemeralPortRange();
-  PortRange task = task_ports ? *task_ports : agent::TaskPortRange(ephemeral);
+  PortRange ephemeral = machine::EphemeralPortRange();
+  PortRange task = task_ports ? *task_ports : machine::TaskPortRange(ephemeral);
   auto size = [](const PortRange& r) -> uint64_t {
     return r.low == 0 || r.low > r.high ? 0 : r.high - r.low + 1;
   };
@@ -303,9 +297,9 @@ int RunJob(const RunOptions& options) {
   nlohmann::json slurm = nlohmann::json::object();
   nlohmann::json yarn = nlohmann::json::object();
   if (options.backend == "local") {
-    spec::InventoryOptions inv_options;
+    machine::InventoryOptions inv_options;
     inv_options.fake_gpus = options.fake_gpus;
-    spec::MachineInventory machine = spec::DetectLocalInventory(inv_options);
+    machine::MachineInventory machine = machine::DetectLocalInventory(inv_options);
     if (auto st = spec::CheckFitsMachine(job, machine); !st.ok()) {
       std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
       return kExitUsage;

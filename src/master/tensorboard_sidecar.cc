@@ -13,9 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
+#include "process/process_launcher.h"
 #include "common/files.h"
-#include "common/process.h"
+#include "process/process.h"
 
 namespace shoal::master {
 
@@ -67,7 +68,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardSidecar>> TensorBoardSidecar::Start(
     const std::string& log_path, std::function<void(const std::string&)> on_url,
     std::function<void(const std::string&)> on_failure) {
   if (auto st = MakeDirs(logdir); !st.ok()) return st;
-  agent::ProcessSpec spec;
+  process::ProcessSpec spec;
   spec.key = "tensorboard";
   spec.argv = command;
   // Loopback: TensorBoard serves every file under logdir to whoever connects, unauthenticated.
@@ -75,20 +76,23 @@ absl::StatusOr<std::unique_ptr<TensorBoardSidecar>> TensorBoardSidecar::Start(
     spec.argv.emplace_back(arg);
   }
   spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
-  auto plan = agent::ExecPlan::Build(spec);
+  auto plan = process::ExecPlan::Build(spec);
   if (!plan.ok()) return plan.status();
   int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
     return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
   }
   int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  auto child = plan->Spawn(dev_null, log, log, -1, {});
+  process::ChildSetup setup;
+  setup.stdin_fd = dev_null;
+  setup.stdout_fd = setup.stderr_fd = log;
+  auto child = process::SystemLauncher().Launch(*plan, setup);
   ::close(log);
   if (dev_null >= 0) ::close(dev_null);
   if (!child.ok()) return child.status();
   std::unique_ptr<TensorBoardSidecar> sidecar(new TensorBoardSidecar());
   sidecar->pid_ = child->pid;
-  int pidfd = child->pidfd.Release();
+  int pidfd = child->exit_fd.Release();
   sidecar->watcher_ = std::thread([s = sidecar.get(), pidfd, log_path, on_url, on_failure] {
     s->Watch(pidfd, log_path, on_url, on_failure);
   });

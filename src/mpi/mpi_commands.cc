@@ -5,7 +5,6 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,8 +27,9 @@
 #include "common/files.h"
 #include "mpi/mpi_world.h"
 #include "nlohmann/json.hpp"
-
-extern char** environ;
+#include "process/exec_plan.h"
+#include "process/process.h"
+#include "process/process_launcher.h"
 
 namespace shoal::mpi {
 namespace {
@@ -87,12 +87,6 @@ bool WriteAll(int fd, const std::string& data) {
   return true;
 }
 
-int ExitCodeOf(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kRshFailed;
-}
-
 // ------------------------------------------------------------------ worker
 
 std::atomic<bool> g_stop{false};
@@ -128,34 +122,31 @@ class Worker {
       ::close(fd);
       return;
     }
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGPIPE);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    const char* argv[] = {"/bin/sh", "-c", request->command.c_str(), nullptr};
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char* const*>(argv), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-      std::string why = absl::StrCat("cannot start /bin/sh: ", std::strerror(rc));
+    process::ProcessSpec spec;
+    spec.key = "mpi-command";
+    spec.argv = {"/bin/sh", "-c", request->command};
+    spec.env = InheritedEnvironment({});
+    absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
+    absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
+    if (!plan.ok()) {
+      child = plan.status();
+    } else {
+      process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the worker's
+      setup.stdout_fd = STDOUT_FILENO;
+      setup.stderr_fd = STDERR_FILENO;
+      setup.grouping = process::Grouping::kNewProcessGroup;
+      setup.default_signals = std::vector<int>{SIGTERM, SIGINT, SIGPIPE};
+      setup.die_with_parent = false;
+      child = process::SystemLauncher().Launch(*plan, setup);
+    }
+    if (!child.ok()) {
+      std::string why(child.status().message());
       Say("mpi-worker", why);
       WriteAll(fd, nlohmann::json{{"error", why}}.dump() + "\n");
       ::close(fd);
       return;
     }
+    pid_t pid = child->pid;
     {
       std::lock_guard<std::mutex> lock(mu_);
       groups_.insert(pid);
@@ -165,11 +156,11 @@ class Worker {
     Say("mpi-worker", absl::StrCat("started ", first_word, " for ", peer, " (pid ", pid, ")"));
     WriteAll(fd, nlohmann::json{{"started", pid}}.dump() + "\n");
 
-    int status = 0;
+    std::optional<process::ProcessExit> exit;
     bool caller_gone = false;
     while (true) {
-      pid_t w = ::waitpid(pid, &status, WNOHANG);
-      if (w == pid) break;
+      exit = process::SystemLauncher().Poll(pid);
+      if (exit) break;
       pollfd p{fd, POLLIN, 0};
       if (!caller_gone && ::poll(&p, 1, 100) > 0) {
         char buf[256];
@@ -187,7 +178,7 @@ class Worker {
       std::lock_guard<std::mutex> lock(mu_);
       groups_.erase(pid);
     }
-    int code = ExitCodeOf(status);
+    int code = process::ShellExitCode(*exit);
     Say("mpi-worker", absl::StrCat(first_word, " (pid ", pid, ") exited with ", code));
     if (!caller_gone) WriteAll(fd, nlohmann::json{{"exit", code}}.dump() + "\n");
     ::close(fd);
@@ -356,13 +347,11 @@ int RunMpiLauncher(const std::string& shoal_binary, const std::vector<std::strin
   std::vector<std::string> argv = LauncherArgv(command, static_cast<uint32_t>(hosts->size()) * slots);
   Say(who, absl::StrCat(hosts->size(), " worker(s) x ", slots, " slot(s), hostfile ", hostfile,
                         "; running: ", absl::StrJoin(argv, " ")));
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  ::execvp(cargv[0], cargv.data());
-  int err = errno;
-  Say(who, absl::StrCat("cannot run ", argv[0], ": ", std::strerror(err),
-                        err == ENOENT ? " (is Open MPI installed? Debian: openmpi-bin)" : ""));
+  // The task becomes mpirun: its exit is the task's, and the agent's signals reach it directly.
+  absl::Status replaced = process::ExecInPlace(argv);
+  Say(who, absl::StrCat(replaced.message(), absl::IsNotFound(replaced)
+                                                 ? " (is Open MPI installed? Debian: openmpi-bin)"
+                                                 : ""));
   return 127;
 }
 

@@ -1947,7 +1947,7 @@ absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
   return std::move(file->spec);
 }
 
-absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine) {
+absl::Status CheckFitsMachine(const JobSpec& spec, const machine::MachineInventory& machine) {
   std::vector<std::pair<int, std::string>> problems;
   auto report = [&](const Role& role, int key_line, absl::string_view key, std::string message) {
     int line = key_line > 0 ? key_line : role.line;

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "spec/inventory.h"
+#include "machine/machine_inventory.h"
 #include "spec/job_spec.h"
 
 namespace shoal::spec {
@@ -39,7 +39,7 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
 // `machine`: one task asking for more CPUs, memory or GPUs than the machine has, or the totals
 // over all tasks (instances x per-task amount) above them. A total is only reported for a
 // resource where no single task is already too big, since fixing that task comes first.
-absl::Status CheckFitsMachine(const JobSpec& spec, const MachineInventory& machine);
+absl::Status CheckFitsMachine(const JobSpec& spec, const machine::MachineInventory& machine);
 
 // Refuses, with an InvalidArgument naming the role with the most tasks and its `instances`
 // line, a job whose tasks need more ports on one machine than that machine's agent can hand

@@ -30,7 +30,7 @@
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/yarn_backend.h"
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 
 namespace shoal::backends {
 namespace {
@@ -138,7 +138,7 @@ Flavour LocalFlavour() {
   return {"Local",
           [](const std::string& dir, const std::string& job_id) -> std::unique_ptr<Backend> {
             LocalBackendOptions o;
-            o.machine = spec::DetectLocalInventory({});
+            o.machine = machine::DetectLocalInventory({});
             o.ledger_dir = dir + "/ledger";
             o.agent_work_dir = dir + "/agent";
             return std::make_unique<LocalBackend>(o);

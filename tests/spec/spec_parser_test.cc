@@ -1950,8 +1950,8 @@ TEST(SpecParserTest, EscapesControlBytesInMessages) {
 
 // --- CheckFitsMachine ---------------------------------------------------------------------------
 
-MachineInventory SmallMachine() {
-  MachineInventory m;
+machine::MachineInventory SmallMachine() {
+  machine::MachineInventory m;
   m.hostname = "box";
   m.cpus = 2;
   m.memory_bytes = 8ull << 30;
@@ -1990,7 +1990,7 @@ TEST(CheckFitsMachineTest, SumsFractionalCpusWithoutRoundingErrors) {
 
 TEST(CheckFitsMachineTest, RejectsTotalCpusAboveTheMachineWithBreakdown) {
   JobSpec spec = MakeSpec({MakeRole("worker", 32, 2, 0, 0, 5)});
-  MachineInventory machine = SmallMachine();
+  machine::MachineInventory machine = SmallMachine();
   machine.cpus = 2;
   absl::Status st = CheckFitsMachine(spec, machine);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
@@ -2019,7 +2019,7 @@ TEST(CheckFitsMachineTest, RejectsTotalMemoryAboveTheMachine) {
 
 TEST(CheckFitsMachineTest, RejectsGpusOnAMachineWithoutGpus) {
   JobSpec spec = MakeSpec({MakeRole("worker", 2, 1, 0, 1, 5)});
-  MachineInventory machine = SmallMachine();
+  machine::MachineInventory machine = SmallMachine();
   machine.gpus.clear();
   absl::Status st = CheckFitsMachine(spec, machine);
   EXPECT_EQ(st.message(),
@@ -2056,7 +2056,7 @@ TEST(CheckFitsMachineTest, ReportsEveryResourceThatDoesNotFit) {
 TEST(CheckFitsMachineTest, WorksOnParsedSpecs) {
   absl::StatusOr<JobSpec> spec = Parse(kFullExample);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  MachineInventory machine = SmallMachine();
+  machine::MachineInventory machine = SmallMachine();
   machine.cpus = 4.5;
   EXPECT_TRUE(CheckFitsMachine(*spec, machine).ok());
   machine.cpus = 4;

@@ -20,9 +20,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/byte_size.h"
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
+#include "process/process_launcher.h"
 #include "common/files.h"
-#include "common/process.h"
+#include "process/process.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {
@@ -45,7 +46,7 @@ absl::StatusOr<std::vector<NodeGrant>> LocalBackend::Acquire(const spec::JobSpec
     double c = role.resources.cpus;
     if (c >= 1 && std::floor(c) == c) whole_cores += static_cast<uint32_t>(c) * role.instances;
   }
-  const spec::MachineInventory& m = options_.machine;
+  const machine::MachineInventory& m = options_.machine;
   if (cpus > m.cpus + 1e-9 || memory > m.memory_bytes || gpus > m.gpus.size()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the job needs %.2f CPUs, %s memory and %u GPUs; this machine has %.2f, %s and %u", cpus,
@@ -144,29 +145,28 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
   }
   // The agent gets a cgroup of its own and is born in it; it makes its tasks' cgroups below,
   // so killing this one subtree reaches every task even when the agent hangs or dies.
-  agent::ResourceLimits::Options cg;
+  process::ResourceLimits::Options cg;
   cg.cgroup_name = "shoal-jobs";
   cg.instance_id = options.job_id;
-  limits_ = agent::ResourceLimits::Detect(cg);
+  limits_ = process::ResourceLimits::Detect(cg);
   // Cgroups left by jobs whose master was killed. A live job's cgroup holds its agent from its
   // first moment, so it is busy and stays; the age keeps us off one being set up right now.
   limits_->RemoveStaleInstances(std::chrono::seconds(60));
   if (auto made = limits_->CreateTask("agent", 0); made.ok() && *made) {
     agent_cgroup_ = std::move(*made);
   }
-  agent::ProcessSpec spec;
+  process::ProcessSpec spec;
   spec.key = "agent:" + options.job_id;
   spec.argv = args;
   spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
   spec.env["SHOAL_AGENT_TOKEN"] = options.token;
-  auto plan = agent::ExecPlan::Build(spec);
+  auto plan = process::ExecPlan::Build(spec);
   if (!plan.ok()) return plan.status();
-  plan->set_die_with_parent(false);
   int into = -1;
   std::vector<std::string> procs;
   if (agent_cgroup_) {
     for (const auto& dir : agent_cgroup_->dirs()) {
-      if (dir.v2 && into < 0 && agent::ExecPlan::CanStartInCgroup()) {
+      if (dir.v2 && into < 0 && process::SystemLauncher().CanStartInCgroup()) {
         into = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (into >= 0) continue;
       }
@@ -175,7 +175,14 @@ absl::Status LocalBackend::StartAgents(const AgentStartOptions& options) {
   }
   int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // The agent's own log lines go where the master's go (master.log).
-  auto child = plan->Spawn(dev_null, STDOUT_FILENO, STDERR_FILENO, into, procs);
+  process::ChildSetup setup;
+  setup.stdin_fd = dev_null;
+  setup.stdout_fd = STDOUT_FILENO;
+  setup.stderr_fd = STDERR_FILENO;
+  setup.die_with_parent = false;  // an agent outlives a master that restarts
+  setup.into_cgroup_fd = into;
+  setup.cgroup_procs = procs;
+  auto child = process::SystemLauncher().Launch(*plan, setup);
   if (dev_null >= 0) ::close(dev_null);
   if (into >= 0) ::close(into);
   if (!child.ok()) return child.status();
@@ -242,16 +249,16 @@ absl::Status LocalBackend::Reattach(const std::string& job_id,
                cmdline->find(std::string("agent\0", 6)) != std::string::npos &&
                cmdline->find(options_.agent_work_dir) != std::string::npos;
   if (alive) {
-    std::vector<agent::TaskCgroup::Dir> dirs;
+    std::vector<process::TaskCgroup::Dir> dirs;
     for (const auto& d : record.value("cgroup_dirs", nlohmann::json::array())) {
-      agent::TaskCgroup::Dir dir;
+      process::TaskCgroup::Dir dir;
       dir.path = d.value("path", "");
       dir.v2 = d.value("v2", false);
       dir.memory = d.value("memory", false);
       dir.tracking = d.value("tracking", false);
       if (!dir.path.empty() && std::filesystem::exists(dir.path)) dirs.push_back(dir);
     }
-    if (!dirs.empty()) agent_cgroup_ = std::make_unique<agent::TaskCgroup>(std::move(dirs));
+    if (!dirs.empty()) agent_cgroup_ = std::make_unique<process::TaskCgroup>(std::move(dirs));
     reservation_.agent_pid = pid;
     {
       absl::MutexLock lock(&mu_);

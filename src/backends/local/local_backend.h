@@ -12,14 +12,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/backend.h"
-#include "agent/resource_limits.h"
+#include "process/resource_limits.h"
 #include "backends/local/resource_ledger.h"
-#include "spec/inventory.h"
+#include "machine/machine_inventory.h"
 
 namespace shoal::backends {
 
 struct LocalBackendOptions {
-  spec::MachineInventory machine;  // what this machine offers (detected or declared)
+  machine::MachineInventory machine;  // what this machine offers (detected or declared)
   std::string ledger_dir;          // shared by every job under the same jobs root
   std::string agent_work_dir;      // the agent keeps its own task logs under here
   std::optional<uint32_t> fake_gpus;  // forwarded to the agent's inventory
@@ -63,8 +63,8 @@ class LocalBackend final : public Backend {
   // The agent's own cgroup (tracking only); the agent makes its tasks' cgroups below it, so
   // killing it reaches every task even when the agent is hung or dead. Null where no cgroup
   // can be made: then the tasks' PR_SET_PDEATHSIG is the only guard.
-  std::unique_ptr<agent::ResourceLimits> limits_;
-  std::unique_ptr<agent::TaskCgroup> agent_cgroup_;
+  std::unique_ptr<process::ResourceLimits> limits_;
+  std::unique_ptr<process::TaskCgroup> agent_cgroup_;
 };
 
 }  // namespace shoal::backends

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
-#include "common/process.h"
+#include "process/process.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {

@@ -20,10 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
+#include "process/process_launcher.h"
 #include "common/files.h"
 #include "common/local_address.h"
-#include "common/process.h"
+#include "process/process.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -35,11 +36,11 @@ namespace {
 absl::StatusOr<std::string> RunQuick(const std::vector<std::string>& argv) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
-  agent::ProcessSpec spec;
+  process::ProcessSpec spec;
   spec.key = argv.front();
   spec.argv = argv;
   spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
-  auto plan = agent::ExecPlan::Build(spec);
+  auto plan = process::ExecPlan::Build(spec);
   if (!plan.ok()) {
     ::close(out[0]);
     ::close(out[1]);
@@ -47,7 +48,10 @@ absl::StatusOr<std::string> RunQuick(const std::vector<std::string>& argv) {
   }
   int dev_null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   // stderr too: when the command fails, what it said is the message.
-  auto child = plan->Spawn(dev_null, out[1], out[1], -1, {});
+  process::ChildSetup setup;
+  setup.stdin_fd = dev_null;
+  setup.stdout_fd = setup.stderr_fd = out[1];
+  auto child = process::SystemLauncher().Launch(*plan, setup);
   ::close(out[1]);
   if (dev_null >= 0) ::close(dev_null);
   if (!child.ok()) {
@@ -104,7 +108,7 @@ absl::Status SlurmBackend::StartAgents(const AgentStartOptions& options) {
   std::vector<std::string> argv = SrunCommand(job_, options_.request, options_.srun,
                                               SlurmJobName(), options.shoal_binary, agent_args);
   if (auto st = MakeDirs(options_.state_dir); !st.ok()) return st;
-  agent::ProcessSpec spec;
+  process::ProcessSpec spec;
   spec.key = "srun:" + options.job_id;
   spec.argv = argv;
   // The agents get srun's environment (Slurm's --export=ALL), the token with it; never argv.
@@ -116,18 +120,21 @@ absl::Status SlurmBackend::StartAgents(const AgentStartOptions& options) {
     it = slurm ? spec.env.erase(it) : std::next(it);
   }
   spec.env["SHOAL_AGENT_TOKEN"] = options.token;
-  auto plan = agent::ExecPlan::Build(spec);
+  auto plan = process::ExecPlan::Build(spec);
   if (!plan.ok()) return plan.status();
-  // srun holds the allocation: it must outlive a master that dies, so that a new master can
-  // take the job over (Reattach) instead of losing every task.
-  plan->set_die_with_parent(false);
   int log = ::open(LogPath().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) {
     return absl::InternalError(absl::StrCat("cannot open ", LogPath(), ": ", std::strerror(errno)));
   }
   off_t start = ::lseek(log, 0, SEEK_END);
   int dev_null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  auto child = plan->Spawn(dev_null, log, log, -1, {});
+  process::ChildSetup setup;
+  setup.stdin_fd = dev_null;
+  setup.stdout_fd = setup.stderr_fd = log;
+  // srun holds the allocation: it must outlive a master that dies, so that a new master can
+  // take the job over (Reattach) instead of losing every task.
+  setup.die_with_parent = false;
+  auto child = process::SystemLauncher().Launch(*plan, setup);
   ::close(log);
   if (dev_null >= 0) ::close(dev_null);
   if (!child.ok()) return child.status();
@@ -141,7 +148,7 @@ absl::Status SlurmBackend::StartAgents(const AgentStartOptions& options) {
   nlohmann::json record = {{"pid", pid}, {"slurm_job_name", SlurmJobName()},
                            {"log_offset", start}};
   if (auto st = ReplaceFile(RecordPath(), record.dump()); !st.ok()) return st;
-  int pidfd = child->pidfd.Release();
+  int pidfd = child->exit_fd.Release();
   watcher_ = std::thread([this, pid, pidfd, start] {
     Watch(pid, pidfd, static_cast<uint64_t>(start));
   });

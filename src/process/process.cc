@@ -1,4 +1,4 @@
-#include "common/process.h"
+#include "process/process.h"
 
 #include <signal.h>
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "agent/task_cgroup.h"
+#include "process/task_cgroup.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 
 // What this machine offers to limit and track the processes of a task, detected once per
 // supervisor, and the factory of per-task cgroups.
@@ -89,4 +89,4 @@ class ResourceLimits {
   std::string memory_reasons_;  // why memory is advisory, for Describe()
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -5,18 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "machine/machine_inventory.h"
 
-namespace shoal::spec {
+namespace shoal::process {
+class ProcessLauncher;
+}  // namespace shoal::process
 
-// What one machine offers to jobs.
-struct MachineInventory {
-  std::string hostname;
-  double cpus = 0;
-  std::vector<uint32_t> cores;  // ids of the cores in the affinity mask, for pinning
-  uint64_t memory_bytes = 0;
-  std::vector<std::string> gpus;  // ids for CUDA_VISIBLE_DEVICES
-};
+namespace shoal::machine {
 
 struct InventoryOptions {
   // When set, these GPUs are declared instead of discovered, so that machines without GPUs can
@@ -30,6 +25,9 @@ struct InventoryOptions {
   // Program queried for GPUs as `<nvidia_smi> --query-gpu=index --format=csv,noheader`. A name
   // without '/' is looked up on PATH. Default: "nvidia-smi".
   std::string nvidia_smi = "nvidia-smi";
+
+  // Runs nvidia-smi. Null: process::SystemLauncher(). Tests give a FakeProcessLauncher.
+  process::ProcessLauncher* launcher = nullptr;
 };
 
 // Reads the hostname, CPUs (the size of the process's affinity mask), memory (MemTotal, lowered
@@ -39,4 +37,4 @@ struct InventoryOptions {
 // for up to 10 seconds on a wedged GPU driver.
 MachineInventory DetectLocalInventory(const InventoryOptions& options);
 
-}  // namespace shoal::spec
+}  // namespace shoal::machine

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <thread>
 
-namespace shoal::agent {
+namespace shoal::process {
 
 // One long-lived thread that runs every process start. Tasks carry PR_SET_PDEATHSIG, which the
 // kernel ties to the *thread* that created them: started from a caller's short-lived thread, a
@@ -59,4 +59,4 @@ class SpawnThread {
   std::thread thread_;
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -1,4 +1,4 @@
-#include "agent/free_ports.h"
+#include "machine/free_ports.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <set>
 
-namespace shoal::agent {
+namespace shoal::machine {
 namespace {
 
 // A listener on `port` (0: any), or -1; *bound gets its port.
@@ -104,4 +104,4 @@ TEST(FreePortsTest, RangesFollowTheKernelsSetting) {
 }
 
 }  // namespace
-}  // namespace shoal::agent
+}  // namespace shoal::machine

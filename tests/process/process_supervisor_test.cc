@@ -1,4 +1,4 @@
-#include "agent/process_supervisor.h"
+#include "process/process_supervisor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 using ::testing::HasSubstr;
@@ -622,4 +622,4 @@ TEST(ProcessSupervisorCreateTest, RejectsBadInstanceId) {
 }
 
 }  // namespace
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -1,4 +1,4 @@
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -13,8 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "process/process_launcher.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 // A master starts TensorBoard on one thread while its backend starts agents on another; each
@@ -42,12 +43,13 @@ TEST(ExecPlanTest, ThreadsSpawnAtOnceAndEachChildRunsItsOwnCommand) {
         failures[t] = "cannot build the plans";
         return;
       }
-      ok_plan->set_die_with_parent(false);
-      missing_plan->set_die_with_parent(false);
+      ChildSetup setup;
+      setup.stdin_fd = setup.stdout_fd = setup.stderr_fd = dev_null;
+      setup.die_with_parent = false;
       for (int i = 0; i < kSpawnsPerThread; ++i) {
         if (i % 3 == 2) {
           // The failure is written by the child into this thread's frame.
-          auto child = missing_plan->Spawn(dev_null, dev_null, dev_null, -1, {});
+          auto child = SystemLauncher().Launch(*missing_plan, setup);
           if (child.ok() || !absl::IsNotFound(child.status())) {
             ++wrong;
             failures[t] = child.ok() ? "a missing binary started"
@@ -55,7 +57,7 @@ TEST(ExecPlanTest, ThreadsSpawnAtOnceAndEachChildRunsItsOwnCommand) {
           }
           continue;
         }
-        auto child = ok_plan->Spawn(dev_null, dev_null, dev_null, -1, {});
+        auto child = SystemLauncher().Launch(*ok_plan, setup);
         if (!child.ok()) {
           ++wrong;
           failures[t] = std::string(child.status().message());
@@ -77,4 +79,4 @@ TEST(ExecPlanTest, ThreadsSpawnAtOnceAndEachChildRunsItsOwnCommand) {
 }
 
 }  // namespace
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -1,4 +1,4 @@
-#include "agent/resource_limits.h"
+#include "process/resource_limits.h"
 
 #include <filesystem>
 
@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "agent/cgroup_fs.h"
+#include "process/cgroup_fs.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 // The agent's own cgroup path in each hierarchy, from /proc/self/cgroup
@@ -283,4 +283,4 @@ absl::StatusOr<std::unique_ptr<TaskCgroup>> ResourceLimits::CreateTask(
   return std::make_unique<TaskCgroup>(std::move(dirs));
 }
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

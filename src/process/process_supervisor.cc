@@ -1,10 +1,9 @@
-#include "agent/process_supervisor.h"
+#include "process/process_supervisor.h"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,17 +17,18 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
+#include "process/process_launcher.h"
 #include "common/files.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 // epoll tags: 0 is the wake eventfd; a process's fds are (id << 2) | kind.
 constexpr uint64_t kWakeTag = 0;
-constexpr uint64_t kPidfdKind = 1;
+constexpr uint64_t kExitKind = 1;
 constexpr uint64_t kStdoutKind = 2;
 constexpr uint64_t kStderrKind = 3;
 
@@ -86,31 +86,13 @@ absl::Status WriteAll(int fd, std::string_view data) {
   return absl::OkStatus();
 }
 
-// Blocks until `pid` (our child) is reaped; returns how it ended, or nullopt when someone else
-// reaped it first.
-std::optional<ProcessExit> Reap(pid_t pid) {
-  siginfo_t info{};
-  int rc;
-  do {
-    rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED);
-  } while (rc < 0 && errno == EINTR);
-  if (rc < 0) return std::nullopt;
-  ProcessExit exit;
-  if (info.si_code == CLD_EXITED) {
-    exit.exit_code = info.si_status;
-  } else {
-    exit.signal = info.si_status;
-  }
-  return exit;
-}
-
 }  // namespace
 
 struct ProcessSupervisor::Process {
   uint64_t id = 0;
   std::string key;
   pid_t pid = -1;
-  UniqueFd pidfd;
+  UniqueFd exit_fd;  // readable once it has exited (a pidfd, from the launcher)
 
   // I/O thread only once registered.
   UniqueFd stdout_pipe, stderr_pipe;
@@ -132,17 +114,8 @@ absl::StatusOr<std::unique_ptr<ProcessSupervisor>> ProcessSupervisor::Create(
         "instance_id '", options.instance_id, "' and cgroup_name '", options.cgroup_name,
         "' must each be one directory name: no '/', no control characters, not '.' or '..'"));
   }
-  struct sigaction chld;
-  if (::sigaction(SIGCHLD, nullptr, &chld) == 0 &&
-      (chld.sa_handler == SIG_IGN || (chld.sa_flags & SA_NOCLDWAIT) != 0)) {
-    return absl::FailedPreconditionError(
-        "SIGCHLD is ignored (or SA_NOCLDWAIT set) in this process: exit statuses would be lost");
-  }
-  int self_pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0));
-  if (self_pidfd < 0) {
-    return ErrnoStatus("pidfd_open (needs Linux 5.3 or newer)", errno);
-  }
-  ::close(self_pidfd);
+  ProcessLauncher& launcher = options.launcher != nullptr ? *options.launcher : SystemLauncher();
+  SHOAL_RETURN_IF_ERROR(launcher.CheckCanObserveExits());
   UniqueFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd.valid()) return ErrnoStatus("epoll_create1", errno);
   UniqueFd wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -162,7 +135,7 @@ absl::StatusOr<std::unique_ptr<ProcessSupervisor>> ProcessSupervisor::Create(
   std::unique_ptr<ResourceLimits> limits = ResourceLimits::Detect(limit_options);
 
   std::unique_ptr<ProcessSupervisor> supervisor(new ProcessSupervisor(
-      std::move(callbacks), std::move(limits), std::move(epoll_fd), std::move(wake_fd)));
+      launcher, std::move(callbacks), std::move(limits), std::move(epoll_fd), std::move(wake_fd)));
   {
     absl::MutexLock lock(&supervisor->mu_);
     supervisor->pending_notices_ = supervisor->limits_->notices();
@@ -171,10 +144,11 @@ absl::StatusOr<std::unique_ptr<ProcessSupervisor>> ProcessSupervisor::Create(
   return supervisor;
 }
 
-ProcessSupervisor::ProcessSupervisor(SupervisorCallbacks callbacks,
+ProcessSupervisor::ProcessSupervisor(ProcessLauncher& launcher, SupervisorCallbacks callbacks,
                                      std::unique_ptr<ResourceLimits> limits, UniqueFd epoll_fd,
                                      UniqueFd wake_fd)
-    : callbacks_(std::move(callbacks)),
+    : launcher_(launcher),
+      callbacks_(std::move(callbacks)),
       limits_(std::move(limits)),
       epoll_fd_(std::move(epoll_fd)),
       wake_fd_(std::move(wake_fd)),
@@ -198,7 +172,7 @@ ProcessSupervisor::~ProcessSupervisor() {
   for (auto& [id, process] : processes_) {
     if (!process->reaped) {
       KillNow(*process);
-      Reap(process->pid);
+      launcher_.Wait(process->pid);
       process->reaped = true;
     }
     if (process->cgroup) {
@@ -244,8 +218,6 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
     SHOAL_ASSIGN_OR_RETURN(process->cgroup,
                            limits_->CreateTask(TaskDirName(id, spec.key), spec.memory_limit_bytes));
 
-    UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!dev_null.valid()) return ErrnoStatus("open /dev/null", errno);
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", errno);
     process->stdout_pipe.Reset(out[0]);
@@ -260,7 +232,7 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
     }
 
     TaskCgroup* cgroup = process->cgroup.get();
-    absl::StatusOr<ExecPlan::Child> child;
+    absl::StatusOr<LaunchedProcess> child;
     {
       absl::MutexLock launch_lock(&launch_mu_);
       // The first cgroup v2 directory is entered at birth (CLONE_INTO_CGROUP), the others
@@ -269,24 +241,26 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
       UniqueFd into;
       if (cgroup != nullptr) {
         for (const auto& dir : cgroup->dirs()) {
-          if (dir.v2 && !into.valid() && ExecPlan::CanStartInCgroup()) {
+          if (dir.v2 && !into.valid() && launcher_.CanStartInCgroup()) {
             into.Reset(::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
             if (into.valid()) continue;
           }
           procs.push_back(dir.path + "/cgroup.procs");
         }
       }
-      spawner_->Run([&] {
-        child = plan.Spawn(dev_null.get(), stdout_writer.get(), stderr_writer.get(),
-                           into.valid() ? into.get() : -1, procs);
-      });
+      ChildSetup setup;  // stdin: /dev/null
+      setup.stdout_fd = stdout_writer.get();
+      setup.stderr_fd = stderr_writer.get();
+      setup.into_cgroup_fd = into.valid() ? into.get() : -1;
+      setup.cgroup_procs = std::move(procs);
+      spawner_->Run([&] { child = launcher_.Launch(plan, setup); });
       // Closed before the next launch can fork, so that no sibling holds them even briefly.
       stdout_writer.Reset();
       stderr_writer.Reset();
     }
     if (!child.ok()) return child.status();
     process->pid = child->pid;
-    process->pidfd = std::move(child->pidfd);
+    process->exit_fd = std::move(child->exit_fd);
     return absl::OkStatus();
   }();
   if (!status.ok()) {
@@ -306,20 +280,20 @@ absl::StatusOr<int> ProcessSupervisor::Launch(const ProcessSpec& spec) {
   processes_[id] = std::move(process);
   ++live_;
   // Registered under mu_, so the I/O thread finds the Process for the first event.
-  for (auto [fd, kind] : {std::pair{p.pidfd.get(), kPidfdKind},
+  for (auto [fd, kind] : {std::pair{p.exit_fd.get(), kExitKind},
                           std::pair{p.stdout_pipe.get(), kStdoutKind},
                           std::pair{p.stderr_pipe.get(), kStderrKind}}) {
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = Tag(id, kind);
     if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
-      // Without its pidfd in the loop the process would never be reported: undo the launch.
+      // Without its exit fd in the loop the process would never be reported: undo the launch.
       absl::Status error = ErrnoStatus(absl::StrCat("launch '", spec.key, "': epoll_ctl"), errno);
-      for (int registered : {p.pidfd.get(), p.stdout_pipe.get(), p.stderr_pipe.get()}) {
+      for (int registered : {p.exit_fd.get(), p.stdout_pipe.get(), p.stderr_pipe.get()}) {
         ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, registered, nullptr);
       }
       KillNow(p);
-      Reap(p.pid);
+      launcher_.Wait(p.pid);
       p.reaped = true;
       std::unique_ptr<TaskCgroup> cgroup = std::move(p.cgroup);
       processes_.erase(id);
@@ -351,7 +325,7 @@ void ProcessSupervisor::Stop(const std::string& key, std::chrono::milliseconds g
       return;
     }
     // The leader is not reaped, so its pid still names its process group.
-    ::kill(-p.pid, SIGTERM);
+    launcher_.Signal(p.pid, SIGTERM, SignalTarget::kProcessGroup);
     TimePoint at = std::chrono::steady_clock::now() + grace;
     if (!p.kill_at || at < *p.kill_at) p.kill_at = at;
   }
@@ -379,7 +353,7 @@ void ProcessSupervisor::Wake() {
 }
 
 void ProcessSupervisor::KillNow(Process& process) {
-  ::kill(-process.pid, SIGKILL);
+  launcher_.Signal(process.pid, SIGKILL, SignalTarget::kProcessGroup);
   if (process.cgroup) process.cgroup->KillAll();
 }
 
@@ -408,7 +382,7 @@ void ProcessSupervisor::Run() {
       }
       if (process == nullptr) continue;  // finished earlier in this batch
       switch (tag & 3) {
-        case kPidfdKind:
+        case kExitKind:
           HandleExit(*process);
           break;
         case kStdoutKind:
@@ -502,7 +476,7 @@ void ProcessSupervisor::HandleExit(Process& process) {
     // The leader is a zombie: its pid still names the group. What is left of the task dies now
     // (before the drain, so that nothing more is written after it).
     KillNow(process);
-    exit = Reap(process.pid);
+    exit = launcher_.Wait(process.pid);
     process.reaped = true;
     process.kill_at.reset();
     if (!exit) {
@@ -517,7 +491,7 @@ void ProcessSupervisor::HandleExit(Process& process) {
   }
   ReadOutput(process, OutputStream::kStdout, kDrainBudget);
   ReadOutput(process, OutputStream::kStderr, kDrainBudget);
-  for (UniqueFd* fd : {&process.pidfd, &process.stdout_pipe, &process.stderr_pipe}) {
+  for (UniqueFd* fd : {&process.exit_fd, &process.stdout_pipe, &process.stderr_pipe}) {
     if (!fd->valid()) continue;
     ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd->get(), nullptr);
     fd->Reset();
@@ -583,4 +557,4 @@ void ProcessSupervisor::Deliver(Process& process, OutputStream stream, std::stri
   if (callbacks_.on_output) callbacks_.on_output(process.key, stream, data);
 }
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

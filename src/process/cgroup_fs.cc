@@ -1,4 +1,4 @@
-#include "agent/cgroup_fs.h"
+#include "process/cgroup_fs.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -16,7 +16,7 @@
 #include "absl/strings/strip.h"
 #include "common/files.h"
 
-namespace shoal::agent::cgroup_fs {
+namespace shoal::process::cgroup_fs {
 
 namespace {
 
@@ -131,4 +131,4 @@ absl::StatusOr<int64_t> ReadKeyedValue(const std::string& path, const std::strin
   return absl::NotFoundError(absl::StrCat("no '", key, "' in ", path));
 }
 
-}  // namespace shoal::agent::cgroup_fs
+}  // namespace shoal::process::cgroup_fs

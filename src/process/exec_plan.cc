@@ -1,4 +1,4 @@
-#include "agent/exec_plan.h"
+#include "process/exec_plan.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,8 +20,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "process/process_launcher.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 constexpr char kDefaultPath[] = "/usr/local/bin:/usr/bin:/bin";
@@ -46,7 +48,12 @@ void WaitForChild(pid_t pid) {
 struct ChildArgs {
   pid_t parent;  // the agent; the child dies with it
   bool die_with_parent;
+  Grouping grouping;
+  const int* default_signals;  // 0-terminated; nullptr: every signal
   int stdio[3];
+  const int* extra_targets;  // the child's fd numbers for extra_sources, extra_count of each
+  const int* extra_sources;
+  int extra_count;
   const char* const* cgroup_procs;  // cgroup.procs files to join, nullptr-terminated
   ChildError* error;                // the parent's; stage 0 until the child fails
   int max_fd;
@@ -57,20 +64,31 @@ struct ChildArgs {
   const cpu_set_t* cpus;    // nullptr: no pinning
 };
 
-[[noreturn]] void ChildFail(ChildError* error, int32_t stage, int err) {
+// The child's code is built without AddressSanitizer. It runs on a stack ASan does not know (the
+// thread's ChildStack) and shares this process's memory, shadow included: an instrumented frame
+// poisons its redzones there and, since the child leaves by exec or _exit, never unpoisons them,
+// and the __asan_handle_no_return put before each [[noreturn]] call then ran ASan's own code
+// over that stale poison, which it reported as a stack-buffer-overflow in ChildEntry.
+#define SHOAL_CHILD_CODE __attribute__((no_sanitize_address))
+
+[[noreturn]] SHOAL_CHILD_CODE void ChildFail(ChildError* error, int32_t stage, int err) {
   *static_cast<volatile int32_t*>(&error->err) = err;
   *static_cast<volatile int32_t*>(&error->stage) = stage;
   ::_exit(127);
 }
 
 // Runs in the forked child: async-signal-safe calls only (no malloc, no locks, no stdio).
-[[noreturn]] void RunChild(const ChildArgs& a) {
+[[noreturn]] SHOAL_CHILD_CODE void RunChild(const ChildArgs& a) {
   struct sigaction dfl;
   std::memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // EINVAL is fine
+  if (a.default_signals == nullptr) {
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);  // EINVAL is fine
+    }
+  } else {
+    for (const int* sig = a.default_signals; *sig != 0; ++sig) ::sigaction(*sig, &dfl, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
@@ -79,7 +97,16 @@ struct ChildArgs {
   // autogroup scheduling (the kernel's default on desktops and many servers) a session is a
   // scheduling group, and tasks left in the agent's session share one group's CPU weight with
   // each other and with the agent. A new session is also a new process group (pgid = pid).
-  if (::setsid() < 0) ::setpgid(0, 0);
+  switch (a.grouping) {
+    case Grouping::kNewSession:
+      if (::setsid() < 0) ::setpgid(0, 0);
+      break;
+    case Grouping::kNewProcessGroup:
+      ::setpgid(0, 0);
+      break;
+    case Grouping::kCallersGroup:
+      break;
+  }
   // A task never outlives its agent: if the agent dies (even by SIGKILL) the kernel kills the
   // task. Checked after, in case the agent died before the prctl took effect.
   if (a.die_with_parent) {
@@ -110,6 +137,11 @@ struct ChildArgs {
   // Nothing but 0-2 may survive exec: not the agent's fds, nor those of its other children.
   if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = 3; fd < a.max_fd; ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  // Handed-over fds, after the sweep: dup2 clears close-on-exec on the copy. Their sources lie
+  // above every target (Spawn sees to it), so no dup2 overwrites a source still to be copied.
+  for (int i = 0; i < a.extra_count; ++i) {
+    if (::dup2(a.extra_sources[i], a.extra_targets[i]) < 0) ChildFail(a.error, kRedirect, errno);
   }
   // Like execvp: keep looking after "not here", remember "here but not allowed".
   int err = ENOENT;
@@ -222,7 +254,7 @@ absl::Status ExecPlan::ChildFailure(int stage, int err) const {
 
 namespace {
 
-int ChildEntry(void* args) { RunChild(*static_cast<const ChildArgs*>(args)); }
+SHOAL_CHILD_CODE int ChildEntry(void* args) { RunChild(*static_cast<const ChildArgs*>(args)); }
 
 // The child's stack while it shares our memory: one per spawning thread, kept for the thread's
 // life. Spawns run on several threads at once (a master starts TensorBoard while its backend
@@ -293,9 +325,8 @@ bool ExecPlan::CanStartInCgroup() {
 #endif
 }
 
-absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int stderr_fd,
-                                                int into_cgroup_fd,
-                                                const std::vector<std::string>& cgroup_procs) const {
+absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(const ChildSetup& setup) const {
+  const int into_cgroup_fd = setup.into_cgroup_fd;
   // Everything the child reads is laid out now, before the clone.
   std::vector<char*> argv;
   for (const std::string& arg : argv_) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -307,15 +338,51 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   for (const std::string& path : exec_paths_) exec_paths.push_back(path.c_str());
   exec_paths.push_back(nullptr);
   std::vector<const char*> procs;
-  for (const std::string& p : cgroup_procs) procs.push_back(p.c_str());
+  for (const std::string& p : setup.cgroup_procs) procs.push_back(p.c_str());
   procs.push_back(nullptr);
 
-  // The child dup2()s onto 0-2, so its sources must live above them.
-  UniqueFd stdio_copies[3];
-  int stdio[3] = {stdin_fd, stdout_fd, stderr_fd};
+  std::vector<int> default_signals;
+  if (setup.default_signals) {
+    default_signals = *setup.default_signals;
+    default_signals.push_back(0);
+  }
+  UniqueFd dev_null[2];  // for reading, for writing
+  int stdio[3] = {setup.stdin_fd, setup.stdout_fd, setup.stderr_fd};
   for (int i = 0; i < 3; ++i) {
-    if (stdio[i] <= 2) {
-      int dup = ::fcntl(stdio[i], F_DUPFD_CLOEXEC, 3);
+    if (stdio[i] >= 0) continue;
+    UniqueFd& null = dev_null[i == 0 ? 0 : 1];
+    if (!null.valid()) {
+      null.Reset(::open("/dev/null", (i == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC));
+      if (!null.valid()) return ErrnoStatus("open /dev/null", errno);
+    }
+    stdio[i] = null.get();
+  }
+  // The child dup2()s onto 0-2 and then onto the extra targets, so every source must live above
+  // all of them.
+  int lowest_source = 3;
+  for (const auto& [target, source] : setup.extra_fds) {
+    if (target <= 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot start '", command(), "': fd ", target, " is one of stdin/out/err"));
+    }
+    lowest_source = std::max(lowest_source, target + 1);
+  }
+  std::vector<UniqueFd> copies;
+  std::vector<int> extra_targets, extra_sources;
+  for (const auto& [target, source] : setup.extra_fds) {
+    int fd = source;
+    if (fd < lowest_source) {
+      fd = ::fcntl(source, F_DUPFD_CLOEXEC, lowest_source);
+      if (fd < 0) return ErrnoStatus("dup", errno);
+      copies.emplace_back(fd);
+    }
+    extra_targets.push_back(target);
+    extra_sources.push_back(fd);
+  }
+  UniqueFd stdio_copies[3];
+  for (int i = 0; i < 3; ++i) {
+    if (stdio[i] < lowest_source) {
+      int dup = ::fcntl(stdio[i], F_DUPFD_CLOEXEC, lowest_source);
       if (dup < 0) return ErrnoStatus("dup", errno);
       stdio_copies[i].Reset(dup);
       stdio[i] = dup;
@@ -324,8 +391,13 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   ChildError error{};
   ChildArgs args{};
   args.parent = ::getpid();
-  args.die_with_parent = die_with_parent_;
+  args.die_with_parent = setup.die_with_parent;
+  args.grouping = setup.grouping;
+  args.default_signals = setup.default_signals ? default_signals.data() : nullptr;
   for (int i = 0; i < 3; ++i) args.stdio[i] = stdio[i];
+  args.extra_targets = extra_targets.data();
+  args.extra_sources = extra_sources.data();
+  args.extra_count = static_cast<int>(extra_targets.size());
   args.cgroup_procs = procs.data();
   args.error = &error;
   long open_max = ::sysconf(_SC_OPEN_MAX);
@@ -390,4 +462,4 @@ absl::StatusOr<ExecPlan::Child> ExecPlan::Spawn(int stdin_fd, int stdout_fd, int
   return ChildFailure(stage, *static_cast<volatile int32_t*>(&error.err));
 }
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 
 // The cgroup directories of one task, one per hierarchy it is placed in (for instance a v1
 // memory directory for its limit and a v2 directory to track and kill its processes). Created
@@ -61,4 +61,4 @@ class TaskCgroup {
   bool removed_ = false;
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

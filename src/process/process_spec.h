@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace shoal::agent {
+namespace shoal::process {
 
 enum class OutputStream { kStdout, kStderr };
 
@@ -40,4 +40,4 @@ struct ProcessExit {
   bool oom_killed = false;          // the kernel's OOM killer acted in the task's memory cgroup
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

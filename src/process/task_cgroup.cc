@@ -1,4 +1,4 @@
-#include "agent/task_cgroup.h"
+#include "process/task_cgroup.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "agent/cgroup_fs.h"
+#include "process/cgroup_fs.h"
 #include "common/unique_fd.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 
 TaskCgroup::~TaskCgroup() {
   if (!removed_) {
@@ -154,4 +154,4 @@ bool TaskCgroup::tracks_processes() const {
   return std::any_of(dirs_.begin(), dirs_.end(), [](const Dir& d) { return d.tracking; });
 }
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -1,13 +1,11 @@
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 
 #include <algorithm>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,11 +23,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/unique_fd.h"
+#include "process/exec_plan.h"
+#include "process/process.h"
+#include "process/process_launcher.h"
 #include "spdlog/spdlog.h"
 
-extern char** environ;
-
-namespace shoal::spec {
+namespace shoal::machine {
 namespace {
 
 // A wedged driver can make nvidia-smi hang; inventory must still come back.
@@ -163,26 +163,26 @@ std::optional<std::string> FindProgram(const std::string& name) {
 
 // Runs `argv` with stdout captured and a deadline. nullopt when it cannot start, runs past the
 // deadline (it is then killed) or exits non-zero.
-std::optional<std::string> RunAndCapture(const std::vector<std::string>& argv,
+std::optional<std::string> RunAndCapture(process::ProcessLauncher& launcher,
+                                         const std::vector<std::string>& argv,
                                          std::chrono::milliseconds timeout) {
+  process::ProcessSpec spec;
+  spec.key = argv.front();
+  spec.argv = argv;
+  spec.env = InheritedEnvironment({});
+  absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
+  if (!plan.ok()) return std::nullopt;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    return std::nullopt;
-  }
+  UniqueFd reader(fds[0]), writer(fds[1]);
+  process::ChildSetup setup;  // stdin and stderr: /dev/null
+  setup.stdout_fd = writer.get();
+  setup.grouping = process::Grouping::kCallersGroup;
+  setup.default_signals = std::vector<int>{};  // dispositions inherited, as with posix_spawn
+  setup.die_with_parent = false;
+  absl::StatusOr<process::LaunchedProcess> child = launcher.Launch(*plan, setup);
+  writer.Reset();
+  if (!child.ok()) return std::nullopt;
 
   std::string out;
   bool timed_out = false;
@@ -194,7 +194,7 @@ std::optional<std::string> RunAndCapture(const std::vector<std::string>& argv,
       timed_out = true;
       break;
     }
-    struct pollfd pfd = {fds[0], POLLIN, 0};
+    struct pollfd pfd = {reader.get(), POLLIN, 0};
     int n = ::poll(&pfd, 1, static_cast<int>(left.count()));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
@@ -202,18 +202,16 @@ std::optional<std::string> RunAndCapture(const std::vector<std::string>& argv,
       break;
     }
     char buf[4096];
-    ssize_t got = ::read(fds[0], buf, sizeof(buf));
+    ssize_t got = ::read(reader.get(), buf, sizeof(buf));
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     // Only a few bytes per GPU are expected; refuse to buffer a runaway program.
     if (out.size() < (1 << 20)) out.append(buf, static_cast<size_t>(got));
   }
-  ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
-  if (timed_out || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) return std::nullopt;
+  reader.Reset();
+  if (timed_out) launcher.Signal(child->pid, SIGKILL, process::SignalTarget::kProcess);
+  std::optional<process::ProcessExit> exit = launcher.Wait(child->pid);
+  if (timed_out || !exit || exit->signal != 0 || exit->exit_code != 0) return std::nullopt;
   return out;
 }
 
@@ -226,7 +224,8 @@ std::vector<std::string> DetectGpus(const InventoryOptions& options) {
   std::optional<std::string> program = FindProgram(options.nvidia_smi);
   if (!program) return gpus;
   std::optional<std::string> out =
-      RunAndCapture({*program, "--query-gpu=index", "--format=csv,noheader"}, kGpuQueryTimeout);
+      RunAndCapture(options.launcher != nullptr ? *options.launcher : process::SystemLauncher(),
+                    {*program, "--query-gpu=index", "--format=csv,noheader"}, kGpuQueryTimeout);
   if (!out) {
     spdlog::warn("{} failed or timed out; this machine is taken to have no GPUs", *program);
     return gpus;
@@ -260,4 +259,4 @@ MachineInventory DetectLocalInventory(const InventoryOptions& options) {
   return inventory;
 }
 
-}  // namespace shoal::spec
+}  // namespace shoal::machine

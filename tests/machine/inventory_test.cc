@@ -1,6 +1,7 @@
-#include "spec/inventory.h"
+#include "machine/inventory.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -9,8 +10,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "process/fake_process_launcher.h"
 
-namespace shoal::spec {
+namespace shoal::machine {
 namespace {
 
 using ::testing::ElementsAre;
@@ -118,6 +120,39 @@ TEST(InventoryTest, FailingNvidiaSmiMeansNoGpus) {
   EXPECT_THAT(DetectLocalInventory(options).gpus, IsEmpty());
 }
 
+// The GPU query runs through the process launcher: with the operating system faked, the script
+// on disk (which would report GPU 9) never runs, and what the fake program prints is parsed.
+TEST(InventoryTest, QueriesNvidiaSmiThroughTheLauncher) {
+  std::string smi = FakeNvidiaSmi(MakeTempDir("smi_through_launcher"), "echo 9");
+  process::FakeProcessLauncher os;
+  os.Install(smi, [](process::FakeProcessLauncher& os, pid_t pid) {
+    os.Write(pid, process::OutputStream::kStdout, "0\n1\n");
+    os.Exit(pid, 0);
+  });
+  InventoryOptions options;
+  options.nvidia_smi = smi;
+  options.launcher = &os;
+  EXPECT_THAT(DetectLocalInventory(options).gpus, ElementsAre("0", "1"));
+  std::vector<process::FakeProcessLauncher::Process> launches = os.Launches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_THAT(launches[0].argv, ElementsAre(smi, "--query-gpu=index", "--format=csv,noheader"));
+  EXPECT_EQ(launches[0].grouping, process::Grouping::kCallersGroup);
+  EXPECT_TRUE(launches[0].reaped);
+}
+
+TEST(InventoryTest, NvidiaSmiKilledBySignalMeansNoGpus) {
+  std::string smi = FakeNvidiaSmi(MakeTempDir("smi_signalled"), "echo 0");
+  process::FakeProcessLauncher os;
+  os.Install(smi, [](process::FakeProcessLauncher& os, pid_t pid) {
+    os.Write(pid, process::OutputStream::kStdout, "0\n");
+    os.Signal(pid, SIGSEGV, process::SignalTarget::kProcess);
+  });
+  InventoryOptions options;
+  options.nvidia_smi = smi;
+  options.launcher = &os;
+  EXPECT_THAT(DetectLocalInventory(options).gpus, IsEmpty());
+}
+
 TEST(InventoryTest, MissingNvidiaSmiMeansNoGpus) {
   InventoryOptions options;
   options.nvidia_smi = "shoal-no-such-nvidia-smi";
@@ -171,4 +206,4 @@ TEST(InventoryTest, CgroupLimitAboveMemTotalIsIgnored) {
 }
 
 }  // namespace
-}  // namespace shoal::spec
+}  // namespace shoal::machine

@@ -1,4 +1,4 @@
-#include "agent/resource_limits.h"
+#include "process/resource_limits.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace shoal::agent {
+namespace shoal::process {
 namespace {
 
 using ::testing::HasSubstr;
@@ -177,4 +177,4 @@ TEST(ResourceLimitsTest, WithoutV2TracksThroughV1Pids) {
 }
 
 }  // namespace
-}  // namespace shoal::agent
+}  // namespace shoal::process

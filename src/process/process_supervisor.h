@@ -16,13 +16,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "agent/process_spec.h"
-#include "agent/resource_limits.h"
-#include "agent/spawn_thread.h"
-#include "agent/task_cgroup.h"
+#include "process/process_launcher.h"
+#include "process/process_spec.h"
+#include "process/resource_limits.h"
+#include "process/spawn_thread.h"
+#include "process/task_cgroup.h"
 #include "common/unique_fd.h"
 
-namespace shoal::agent {
+namespace shoal::process {
 
 struct SupervisorOptions {
   // cgroups are created under <hierarchy>/<agent's own cgroup>/<cgroup_name>/<instance_id>/<task>
@@ -36,6 +37,9 @@ struct SupervisorOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   // false: use only cgroup v1 hierarchies (to exercise those paths on hybrid machines).
   bool allow_cgroup_v2 = true;
+  // Starts, signals and reaps the processes. Null: SystemLauncher(). Tests may give a
+  // FakeProcessLauncher; it must outlive the supervisor.
+  ProcessLauncher* launcher = nullptr;
 };
 
 struct SupervisorCallbacks {
@@ -59,8 +63,9 @@ struct SupervisorCallbacks {
 //
 // Each process runs in its own process group and, where the machine allows, its own cgroups
 // (memory limit, OOM detection, and finding every descendant even after setsid). Exits are
-// learned from the kernel through a pidfd per child in an epoll set shared with the stdout and
-// stderr pipes; one I/O thread owned by the supervisor runs that loop and all callbacks.
+// learned through the launcher's exit fd per child (a pidfd for real processes) in an epoll set
+// shared with the stdout and stderr pipes; one I/O thread owned by the supervisor runs that loop
+// and all callbacks. Every start, signal and reap goes through the ProcessLauncher.
 //
 // A task ends when its launched process ends: at that point whatever is left of its process
 // group and cgroup is SIGKILLed, its pipes are drained of what is available, on_exit runs, and
@@ -115,8 +120,8 @@ class ProcessSupervisor {
     TimePoint give_up;
   };
 
-  ProcessSupervisor(SupervisorCallbacks callbacks, std::unique_ptr<ResourceLimits> limits,
-                    UniqueFd epoll_fd, UniqueFd wake_fd);
+  ProcessSupervisor(ProcessLauncher& launcher, SupervisorCallbacks callbacks,
+                    std::unique_ptr<ResourceLimits> limits, UniqueFd epoll_fd, UniqueFd wake_fd);
 
   void Wake();
   // SIGKILL to the group and the cgroup. REQUIRES: the process has not been reaped.
@@ -133,6 +138,7 @@ class ProcessSupervisor {
   void ReadOutput(Process& process, OutputStream stream, size_t budget);
   void Deliver(Process& process, OutputStream stream, std::string_view data);
 
+  ProcessLauncher& launcher_;
   const SupervisorCallbacks callbacks_;
   const std::unique_ptr<ResourceLimits> limits_;
   const UniqueFd epoll_fd_;
@@ -164,4 +170,4 @@ class ProcessSupervisor {
   std::unique_ptr<SpawnThread> spawner_ = std::make_unique<SpawnThread>();
 };
 
-}  // namespace shoal::agent
+}  // namespace shoal::process

@@ -1,4 +1,4 @@
-#include "agent/free_ports.h"
+#include "machine/free_ports.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-namespace shoal::agent {
+namespace shoal::machine {
 namespace {
 
 // A socket bound to `port` on every IPv4 address (0: the kernel picks), or -1. Held open by
@@ -78,4 +78,4 @@ std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range) {
   return ports;
 }
 
-}  // namespace shoal::agent
+}  // namespace shoal::machine

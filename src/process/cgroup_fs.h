@@ -10,7 +10,7 @@
 
 // Small file operations on cgroup filesystems, with errors that name the file. Shared by
 // ResourceLimits (detection) and TaskCgroup (one task's directories).
-namespace shoal::agent::cgroup_fs {
+namespace shoal::process::cgroup_fs {
 
 // Whether `dir` is the root or a directory of a mounted cgroup filesystem of that version.
 bool IsCgroupV2(const std::string& dir);
@@ -43,4 +43,4 @@ std::vector<pid_t> Procs(const std::string& dir);
 // The value of `key` in a "key value" per-line file (memory.events, memory.oom_control).
 absl::StatusOr<int64_t> ReadKeyedValue(const std::string& path, const std::string& key);
 
-}  // namespace shoal::agent::cgroup_fs
+}  // namespace shoal::process::cgroup_fs

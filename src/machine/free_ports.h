@@ -6,7 +6,7 @@
 
 #include "common/port_range.h"
 
-namespace shoal::agent {
+namespace shoal::machine {
 
 using shoal::PortRange;
 
@@ -29,4 +29,4 @@ PortRange TaskPortRange(const PortRange& ephemeral);
 // other failure.
 std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range);
 
-}  // namespace shoal::agent
+}  // namespace shoal::machine
