@@ -34,6 +34,9 @@ class SectionReader {
   // "<section>: must be a map with <form>, got <what was written>" and returns false; the parse
   // function then returns its defaults.
   virtual bool ExpectMap(absl::string_view form) = 0;
+  // The calls below read the map's keys. REQUIRES: ExpectMap returned true (before it, the
+  // section has no keys: Has is false, Text and Duration nullopt).
+  //
   // Reports every key of the map outside `accepted`, with a "did you mean" hint and the list.
   virtual void AcceptKeys(absl::Span<const absl::string_view> accepted) = 0;
   virtual bool Has(absl::string_view key) const = 0;
