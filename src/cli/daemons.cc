@@ -17,10 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/agent.h"
-#include "backends/local/local_backend.h"
-#include "backends/slurm/slurm_backend.h"
+#include "backends/backend_provider.h"
 #include "backends/slurm/srun_command.h"
-#include "backends/yarn/yarn_backend.h"
+#include "cli/backends_registry.h"
 #include "common/files.h"
 #include "common/port_range.h"
 #include "process/process.h"
@@ -28,7 +27,6 @@
 #include "master/tensorboard_sidecar.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#include "machine/inventory.h"
 #include "spec/spec_parser.h"
 
 namespace shoal::cli {
@@ -100,80 +98,32 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     return 2;
   }
   auto spec = spec::ParseJobSpec(*spec_text, submit.value("source_path", job_dir + "/spec.yaml"),
-                                 submit.value("base_dir", job_dir));
+                                 submit.value("base_dir", job_dir),
+                                 BuiltInBackends().JobSections());
   if (!spec.ok()) {
     spdlog::error("invalid job file: {}", std::string(spec.status().message()));
     return 2;
   }
-  std::unique_ptr<backends::Backend> backend;
   std::string backend_name = submit.value("backend", "local");
-  std::string listen_host = submit.value("listen_host", "");
-  if (backend_name == "slurm") {
-    backends::SlurmBackendOptions slurm;
-    // Flags given to `shoal run` win over the job file's `slurm:` section.
-    const nlohmann::json flags = submit.value("slurm", nlohmann::json::object());
-    slurm.request.partition = flags.value("partition", spec->slurm.partition);
-    slurm.request.account = flags.value("account", spec->slurm.account);
-    slurm.request.constraint = flags.value("constraint", spec->slurm.constraint);
-    slurm.request.time_limit =
-        std::chrono::milliseconds(flags.value("time_limit_ms", spec->slurm.time_limit.count()));
-    slurm.state_dir = job_dir + "/agents/slurm";
-    slurm.agent_work_dir = "/tmp/shoal-agents/" + submit.value("job_id", std::string("job"));
-    if (listen_host.empty()) {
-      // Agents on the compute nodes must reach the master: listen where this machine talks
-      // to the Slurm controller (the token guards it; see docs/backends/slurm.md).
-      auto address = backends::SlurmBackend::AddressTowardsController();
-      if (!address.ok()) {
-        spdlog::error("{}; give the address agents can reach this machine at with --listen",
-                      std::string(address.status().message()));
-        return 2;
-      }
-      listen_host = *address;
-    }
-    backend = std::make_unique<backends::SlurmBackend>(std::move(slurm));
-  } else if (backend_name == "yarn") {
-    // `shoal run` resolved and checked these (flags over the job file's `yarn:` section).
-    const nlohmann::json flags = submit.value("yarn", nlohmann::json::object());
-    backends::YarnBackendOptions yarn;
-    yarn.rm_web = flags.value("rm_web", "");
-    yarn.request.queue = flags.value("queue", spec->yarn.queue);
-    yarn.request.node_label = flags.value("node_label", spec->yarn.node_label);
-    yarn.am_jar = flags.value("am_jar", "");
-    yarn.am_classpath = flags.value("am_classpath", "");
-    yarn.am_classpath_source = flags.value("am_classpath_source", "submit.json");
-    yarn.hdfs = flags.value("hdfs", "");
-    yarn.webhdfs = flags.value("webhdfs", "");
-    yarn.hdfs_user = flags.value("hdfs_user", "");
-    yarn.state_dir = job_dir + "/agents/yarn";
-    if (yarn.rm_web.empty() || yarn.am_jar.empty() || yarn.hdfs.empty() || yarn.webhdfs.empty() ||
-        yarn.hdfs_user.empty()) {
-      spdlog::error("{}/submit.json lacks one of yarn.rm_web, am_jar, hdfs, webhdfs, hdfs_user",
-                    job_dir);
-      return 2;
-    }
-    if (listen_host.empty()) {
-      auto address = backends::YarnBackend::AddressTowardsResourceManager(yarn.rm_web);
-      if (!address.ok()) {
-        spdlog::error("{}; give the address agents can reach this machine at with --listen",
-                      std::string(address.status().message()));
-        return 2;
-      }
-      listen_host = *address;
-    }
-    backend = std::make_unique<backends::YarnBackend>(std::move(yarn));
-  } else if (backend_name == "local") {
-    machine::InventoryOptions inv;
-    if (submit.contains("fake_gpus")) inv.fake_gpus = submit["fake_gpus"].get<uint32_t>();
-    backends::LocalBackendOptions local;
-    local.machine = machine::DetectLocalInventory(inv);
-    local.ledger_dir = submit.value("jobs_root", job_dir + "/..") + "/.ledger";
-    local.agent_work_dir = job_dir + "/agents/local";
-    local.fake_gpus = inv.fake_gpus;
-    backend = std::make_unique<backends::LocalBackend>(local);
-  } else {
+  const backends::BackendProvider* provider = BuiltInBackends().Find(backend_name);
+  if (provider == nullptr) {
     spdlog::error("{}/submit.json names an unknown backend '{}'", job_dir, backend_name);
     return 2;
   }
+  const nlohmann::json settings = submit.value(backend_name, nlohmann::json::object());
+  backends::BackendContext context;
+  context.job = &*spec;
+  context.job_dir = job_dir;
+  context.submit = &submit;
+  context.settings = &settings;
+  context.listen_host = submit.value("listen_host", "");
+  absl::StatusOr<backends::CreatedBackend> created = provider->Create(context);
+  if (!created.ok()) {
+    spdlog::error("{}", std::string(created.status().message()));
+    return 2;
+  }
+  std::unique_ptr<backends::Backend> backend = std::move(created->backend);
+  std::string listen_host = created->listen_host;
   if (listen_host.empty()) listen_host = "127.0.0.1";
 
   master::MasterOptions options;

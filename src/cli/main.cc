@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "cli/backends_registry.h"
 #include "cli/daemons.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
@@ -99,7 +101,9 @@ int RunShoal(int argc, char** argv) {
   auto* fake_opt = run_cmd->add_option(
       "--fake-gpus", fake_gpus,
       "Declare N GPUs on this machine instead of discovering them (for testing assignment)");
-  std::string partition, account, constraint, time_limit, queue, node_label;
+  const shoal::backends::BackendRegistry& backends = shoal::cli::BuiltInBackends();
+  // Each backend's own flags (backends::RunFlag), by name; empty: not given.
+  std::map<std::string, std::string> backend_flags;
   // `submit` is `run --detach`: the same flags, the job id printed once it started.
   auto* submit_cmd = app.add_subcommand("submit", "Start a job and print its id (run --detach)");
   for (CLI::App* cmd : {run_cmd, submit_cmd}) {
@@ -111,17 +115,13 @@ int RunShoal(int argc, char** argv) {
                     "Address the job's master listens on (default 127.0.0.1; with --backend "
                     "slurm, this machine's address towards the Slurm controller)");
     cmd->add_option("--backend", run.backend,
-                    "Where the job runs: local (default), slurm or yarn")
-        ->check(CLI::IsMember({"local", "slurm", "yarn"}));
-    cmd->add_option("--partition", partition, "Slurm partition (slurm.partition)");
-    cmd->add_option("--account", account, "Slurm account (slurm.account)");
-    cmd->add_option("--constraint", constraint, "Slurm node features (slurm.constraint)");
-    cmd->add_option("--time-limit", time_limit, "Slurm time limit, e.g. 2h (slurm.time_limit)");
-    cmd->add_option("--yarn-rm", run.yarn_rm,
-                    "YARN ResourceManager web address, http://HOST:PORT (default "
-                    "$SHOAL_YARN_RM_WEB)");
-    cmd->add_option("--queue", queue, "YARN queue (yarn.queue)");
-    cmd->add_option("--node-label", node_label, "YARN node label expression (yarn.node_label)");
+                    "Where the job runs: " + backends.NamesForMessages(run.backend))
+        ->check(CLI::IsMember(backends.Names()));
+    for (const auto& provider : backends.providers()) {
+      for (const shoal::backends::RunFlag& flag : provider->Flags()) {
+        cmd->add_option(flag.name, backend_flags[flag.name], flag.help);
+      }
+    }
   }
 
   std::string job, task;
@@ -276,22 +276,28 @@ int RunShoal(int argc, char** argv) {
   if (run_cmd->parsed() || submit_cmd->parsed()) {
     run.jobs_root = root;
     if (submit_cmd->parsed()) run.detach = true;
-    if (!partition.empty()) run.partition = partition;
-    if (!account.empty()) run.account = account;
-    if (!constraint.empty()) run.constraint = constraint;
-    if (!time_limit.empty()) run.time_limit = time_limit;
-    if (run.backend != "slurm" && (!partition.empty() || !account.empty() ||
-                                   !constraint.empty() || !time_limit.empty())) {
-      std::cerr << "shoal: --partition, --account, --constraint and --time-limit need "
-                   "--backend slurm\n";
-      return kExitUsage;
+    // A backend's flags with another backend are refused: they would be silently ignored.
+    for (const auto& provider : backends.providers()) {
+      std::vector<std::string> flags;
+      bool given = false;
+      for (const shoal::backends::RunFlag& flag : provider->Flags()) {
+        flags.push_back(flag.name);
+        if (backend_flags[flag.name].empty()) continue;
+        given = true;
+        if (provider->Name() == run.backend) {
+          run.backend_flags[flag.name] = backend_flags[flag.name];
+        }
+      }
+      if (given && provider->Name() != run.backend) {
+        std::string last = flags.back();
+        flags.pop_back();
+        std::cerr << "shoal: " << (flags.empty() ? "" : absl::StrJoin(flags, ", ") + " and ")
+                  << last << (flags.empty() ? " needs" : " need") << " --backend "
+                  << provider->Name() << "\n";
+        return kExitUsage;
+      }
     }
-    if (run.backend != "yarn" && (!run.yarn_rm.empty() || !queue.empty() || !node_label.empty())) {
-      std::cerr << "shoal: --yarn-rm, --queue and --node-label need --backend yarn\n";
-      return kExitUsage;
-    }
-    if (!queue.empty()) run.queue = queue;
-    if (!node_label.empty()) run.node_label = node_label;
+    run.backends = &backends;
     run.shoal_binary = self;
     if (fake_opt->count() > 0) run.fake_gpus = fake_gpus;
     return shoal::client::RunJob(run);
@@ -300,7 +306,9 @@ int RunShoal(int argc, char** argv) {
   if (list_cmd->parsed()) return shoal::client::ListJobs(root, json);
   if (logs_cmd->parsed()) return shoal::client::ShowLogs(root, job, task, follow);
   if (kill_cmd->parsed()) return shoal::client::KillJob(root, job);
-  if (tensorboard_cmd->parsed()) return shoal::client::ServeTensorBoard(root, job);
+  if (tensorboard_cmd->parsed()) {
+    return shoal::client::ServeTensorBoard(root, job, backends.JobSections());
+  }
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover,

@@ -1,7 +1,14 @@
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
+
+#include "spec/job_section.h"
+
+namespace shoal::backends {
+class BackendRegistry;
+}  // namespace shoal::backends
 
 namespace shoal::client {
 
@@ -23,13 +30,12 @@ struct RunOptions {
   std::optional<uint32_t> fake_gpus;
   std::string listen_host;           // empty: the backend's default (local: 127.0.0.1)
   std::string shoal_binary;          // this executable, to start the master
-  std::string backend = "local";     // local | slurm | yarn
-  // Slurm flags; each overrides the job file's `slurm:` key of the same name when given.
-  std::optional<std::string> partition, account, constraint, time_limit;
-  // YARN: the ResourceManager's web address (default $SHOAL_YARN_RM_WEB); queue and node label
-  // override the job file's `yarn:` keys when given.
-  std::string yarn_rm;
-  std::optional<std::string> queue, node_label;
+  std::string backend = "local";     // a name in `backends`
+  // The flags of `backend` that were given (backends::RunFlag::name to value), e.g.
+  // {"--partition": "gpu"}; each overrides the job file's key of the same meaning.
+  std::map<std::string, std::string> backend_flags;
+  // The backends this binary offers (cli/backends_registry.h). Outlives the call.
+  const backends::BackendRegistry* backends = nullptr;
 };
 
 // Validates, creates the job directory, starts the master and (unless detached) follows the
@@ -42,7 +48,9 @@ int ShowLogs(const std::string& jobs_root, const std::string& job, const std::st
              bool follow);
 int KillJob(const std::string& jobs_root, const std::string& job);
 // Serves the job's TensorBoard logs on loopback (running or ended); replaces this process.
-int ServeTensorBoard(const std::string& jobs_root, const std::string& job);
+// `sections`: the job-file sections of the backends (BackendRegistry::JobSections()).
+int ServeTensorBoard(const std::string& jobs_root, const std::string& job,
+                     const spec::JobSections& sections);
 // Follows a job whose `shoal run` went away; if its master died, starts a new one that takes
 // the job over from its journal first.
 int ResumeJob(const std::string& jobs_root, const std::string& job, const std::string& shoal_binary,

@@ -196,7 +196,8 @@ int KillJob(const std::string& root, const std::string& job) {
 
 namespace shoal::client {
 
-int ServeTensorBoard(const std::string& root, const std::string& job) {
+int ServeTensorBoard(const std::string& root, const std::string& job,
+                     const spec::JobSections& sections) {
   auto dir = Locate(root, job);
   if (!dir.ok()) return kExitUsage;
   auto text = ReadFile(*dir + "/spec.yaml");
@@ -207,7 +208,7 @@ int ServeTensorBoard(const std::string& root, const std::string& job) {
   }
   auto submit = nlohmann::json::parse(*submit_text, nullptr, false);
   std::string base = submit.is_object() ? submit.value("base_dir", *dir) : *dir;
-  auto spec = spec::ParseJobSpec(*text, *dir + "/spec.yaml", base);
+  auto spec = spec::ParseJobSpec(*text, *dir + "/spec.yaml", base, sections);
   if (!spec.ok()) {
     std::cerr << "shoal: the job's spec.yaml no longer parses: " << spec.status().message() << "\n";
     return kExitUsage;

@@ -1,6 +1,5 @@
 #include <fcntl.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -18,18 +17,11 @@
 #include <optional>
 #include <thread>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "machine/free_ports.h"
-#include "backends/slurm/slurm_backend.h"
-#include "backends/slurm/srun_command.h"
-#include "backends/yarn/webhdfs.h"
-#include "backends/yarn/yarn_backend.h"
-#include "common/byte_size.h"
+#include "backends/backend_registry.h"
 #include "client/commands.h"
 #include "master/tensorboard_sidecar.h"
 #include "client/job_directory.h"
@@ -43,7 +35,6 @@
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "nlohmann/json.hpp"
-#include "machine/inventory.h"
 #include "spec/spec_parser.h"
 
 namespace shoal::client {
@@ -130,31 +121,6 @@ class Console {
   std::string status_;
 };
 
-// Slurm 22.05 never puts two components of a heterogeneous job on one node, so a job with
-// more distinct per-task requests than the partition has nodes would stay queued forever
-// (Slurm's reason: None). Refused here instead; when sinfo cannot tell, srun decides.
-absl::Status CheckComponentsFitPartition(const spec::JobSpec& job, const std::string& partition) {
-  std::vector<backends::SlurmComponent> components = backends::SlurmComponents(job);
-  if (components.size() < 2) return absl::OkStatus();
-  auto nodes = backends::SlurmBackend::PartitionNodeCount(partition);
-  if (!nodes.ok() || components.size() <= *nodes) return absl::OkStatus();
-  std::vector<std::string> requests;
-  for (const auto& c : components) {
-    std::vector<std::string> roles;
-    for (const auto& part : c.roles) roles.push_back(part.role);
-    requests.push_back(absl::StrCat(absl::StrJoin(roles, "+"), ": ", c.per_task.cpus, " CPUs, ",
-                                    FormatByteSize(c.per_task.memory_bytes), ", ",
-                                    c.per_task.gpus, " GPUs"));
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "its roles ask ", components.size(), " different per-task resources (",
-      absl::StrJoin(requests, "; "), "), so Slurm runs it as a heterogeneous job of ",
-      components.size(), " components, which never share a node, and partition ",
-      partition.empty() ? "(the default)" : "'" + partition + "'", " has ", *nodes,
-      " node(s); give roles the same resources (cpus, memory, gpus) so that they share a "
-      "component"));
-}
-
 // Starts `shoal master` in a session of its own. `ready_fd` (the write end of a pipe) becomes
 // the master's fd 3: it writes one byte there once it listens, and a master that exits before
 // that closes it unwritten.
@@ -236,29 +202,6 @@ absl::StatusOr<pid_t> StartMasterAndWait(const std::string& shoal_binary,
   }
 }
 
-// The local agent hands each task a port from SHOAL_TASK_PORTS (else the range below the
-// kernel's ephemeral one), then from the ephemeral range: a job needing more than both hold
-// would only fail once its agent started. `task_ports`: SHOAL_TASK_PORTS, when set.
-absl::Status CheckLocalPortsFit(const spec::JobSpec& spec,
-                                const std::optional<PortRange>& task_ports) {
-  PortRange ephemeral = machine::EphemeralPortRange();
-  PortRange task = task_ports ? *task_ports : machine::TaskPortRange(ephemeral);
-  auto size = [](const PortRange& r) -> uint64_t {
-    return r.low == 0 || r.low > r.high ? 0 : r.high - r.low + 1;
-  };
-  uint64_t overlap = 0;
-  if (size(task) > 0 && size(ephemeral) > 0) {
-    uint32_t low = std::max(task.low, ephemeral.low), high = std::min(task.high, ephemeral.high);
-    if (low <= high) overlap = high - low + 1;
-  }
-  std::string ranges = absl::StrCat(ephemeral.low, "-", ephemeral.high,
-                                    ", the kernel's ephemeral range");
-  if (size(task) > 0) {
-    ranges = absl::StrCat(task.low, "-", task.high, " for tasks and ", ranges);
-  }
-  return spec::CheckPortsFit(spec, size(task) + size(ephemeral) - overlap, ranges);
-}
-
 }  // namespace
 
 int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
@@ -268,7 +211,7 @@ int FollowJob(const std::string& shoal_binary, const std::string& job_dir,
 int RunJob(const RunOptions& options) {
   // Read once: these bytes are validated here and stored as the job's spec.yaml, which is what
   // the master runs. A second read could see a file edited meanwhile, or an emptied pipe.
-  auto job_file = spec::ReadJobFile(options.job_file);
+  auto job_file = spec::ReadJobFile(options.job_file, options.backends->JobSections());
   if (!job_file.ok()) {
     std::cerr << "shoal: invalid job file:\n" << job_file.status().message() << "\n";
     return kExitUsage;
@@ -293,200 +236,23 @@ int RunJob(const RunOptions& options) {
     }
     task_ports = *range;
   }
-  std::string listen_host = options.listen_host;
-  nlohmann::json slurm = nlohmann::json::object();
-  nlohmann::json yarn = nlohmann::json::object();
-  if (options.backend == "local") {
-    machine::InventoryOptions inv_options;
-    inv_options.fake_gpus = options.fake_gpus;
-    machine::MachineInventory machine = machine::DetectLocalInventory(inv_options);
-    if (auto st = spec::CheckFitsMachine(job, machine); !st.ok()) {
-      std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
-      return kExitUsage;
-    }
-    if (auto st = CheckLocalPortsFit(job, task_ports); !st.ok()) {
-      std::cerr << "shoal: the job can never run on this machine:\n" << st.message() << "\n";
-      return kExitUsage;
-    }
-  } else if (options.backend == "slurm") {
-    if (listen_host.empty()) {
-      // Where agents on the compute nodes can reach the master; asking Slurm also checks,
-      // before anything exists, that this machine can submit to it at all.
-      auto address = backends::SlurmBackend::AddressTowardsController();
-      if (!address.ok()) {
-        std::cerr << "shoal: --backend slurm: " << address.status().message()
-                  << "; is this a machine that can submit Slurm jobs (srun, scontrol, "
-                     "SLURM_CONF)? Give the address agents reach it at with --listen\n";
-        return kExitUsage;
-      }
-      listen_host = *address;
-    }
-    // Checked here, before anything exists, with the job file's own rules.
-    std::string flags;
-    if (options.partition) flags += "  partition: \"" + *options.partition + "\"\n";
-    if (options.account) flags += "  account: \"" + *options.account + "\"\n";
-    if (options.constraint) flags += "  constraint: \"" + *options.constraint + "\"\n";
-    if (options.time_limit) flags += "  time_limit: \"" + *options.time_limit + "\"\n";
-    if (!flags.empty()) {
-      auto checked = spec::ParseJobSpec("slurm:\n" + flags + "roles:\n  r: {command: [x]}\n",
-                                        "command line", ".");
-      if (!checked.ok()) {
-        std::string msg(checked.status().message());
-        absl::StrReplaceAll({{"command line:2: ", ""}, {"command line:3: ", ""},
-                             {"command line:4: ", ""}, {"command line:5: ", ""},
-                             {"slurm.time_limit", "--time-limit"}, {"slurm.partition", "--partition"},
-                             {"slurm.account", "--account"}, {"slurm.constraint", "--constraint"}},
-                            &msg);
-        std::cerr << "shoal: invalid flag: " << msg << "\n";
-        return kExitUsage;
-      }
-      if (options.partition) slurm["partition"] = checked->slurm.partition;
-      if (options.account) slurm["account"] = checked->slurm.account;
-      if (options.constraint) slurm["constraint"] = checked->slurm.constraint;
-      if (options.time_limit) slurm["time_limit_ms"] = checked->slurm.time_limit.count();
-    }
-    if (auto st = CheckComponentsFitPartition(
-            job, options.partition ? *options.partition : job.slurm.partition);
-        !st.ok()) {
-      std::cerr << "shoal: the job can never run on this Slurm partition: " << st.message()
-                << "\n";
-      return kExitUsage;
-    }
-  } else if (options.backend == "yarn") {
-    // Everything the master needs is resolved here, before anything exists, and recorded in
-    // submit.json: a wrong address, flag or missing jar changes nothing.
-    std::string rm = options.yarn_rm;
-    if (rm.empty()) {
-      const char* env = std::getenv("SHOAL_YARN_RM_WEB");
-      rm = env ? env : "";
-    }
-    if (rm.empty()) {
-      std::cerr << "shoal: --backend yarn needs the ResourceManager's web address: "
-                   "--yarn-rm http://HOST:PORT or SHOAL_YARN_RM_WEB\n";
-      return kExitUsage;
-    }
-    auto rm_web = backends::NormalizeRmWebAddress(rm);
-    if (!rm_web.ok()) {
-      std::cerr << "shoal: invalid flag: --yarn-rm: " << rm_web.status().message() << "\n";
-      return kExitUsage;
-    }
-    std::string flags;
-    if (options.queue) flags += "  queue: \"" + absl::CEscape(*options.queue) + "\"\n";
-    if (options.node_label) {
-      flags += "  node_label: \"" + absl::CEscape(*options.node_label) + "\"\n";
-    }
-    spec::YarnConfig request = job.yarn;
-    if (!flags.empty()) {
-      auto checked = spec::ParseJobSpec("yarn:\n" + flags + "roles:\n  r: {command: [x]}\n",
-                                        "command line", ".");
-      if (!checked.ok()) {
-        std::string msg(checked.status().message());
-        absl::StrReplaceAll({{"command line:2: ", ""}, {"command line:3: ", ""},
-                             {"yarn.queue", "--queue"}, {"yarn.node_label", "--node-label"}},
-                            &msg);
-        std::cerr << "shoal: invalid flag: " << msg << "\n";
-        return kExitUsage;
-      }
-      if (options.queue) request.queue = checked->yarn.queue;
-      if (options.node_label) request.node_label = checked->yarn.node_label;
-    }
-    const char* jar_env = std::getenv("SHOAL_YARN_AM_JAR");
-    std::string am_jar = jar_env && *jar_env ? jar_env : SHOAL_DEFAULT_YARN_AM_JAR;
-    if (!std::filesystem::is_regular_file(am_jar)) {
-      std::cerr << "shoal: --backend yarn: no application master jar at " << am_jar
-                << "; build it with src/backends/yarn/am/build.sh (./setup.sh does), or name "
-                   "it with SHOAL_YARN_AM_JAR\n";
-      return kExitUsage;
-    }
-    if (auto st = backends::YarnBackend::CheckResourceManager(*rm_web); !st.ok()) {
-      std::cerr << "shoal: --backend yarn: the ResourceManager at " << *rm_web
-                << " does not answer: " << st.message() << "\n";
-      return kExitUsage;
-    }
-    if (listen_host.empty()) {
-      auto address = backends::YarnBackend::AddressTowardsResourceManager(*rm_web);
-      if (!address.ok()) {
-        std::cerr << "shoal: --backend yarn: " << address.status().message()
-                  << "; give the address agents reach this machine at with --listen\n";
-        return kExitUsage;
-      }
-      listen_host = *address;
-    }
-    // What the cluster says of itself (its ResourceManager's configuration): where Hadoop is
-    // on the NodeManagers, and its file system. An environment variable overrides each.
-    auto cluster_conf = backends::YarnBackend::ClusterConfiguration(*rm_web);
-    auto cluster_setting = [&](const std::string& key) -> std::string {
-      if (!cluster_conf.ok()) return "";
-      auto it = cluster_conf->find(key);
-      return it == cluster_conf->end() ? "" : it->second;
-    };
-    auto env_or = [](const char* name, std::string fallback) {
-      const char* value = std::getenv(name);
-      return value != nullptr && *value != '\0' ? std::string(value) : fallback;
-    };
-    std::string classpath, classpath_source;
-    if (const char* env = std::getenv("SHOAL_YARN_AM_CLASSPATH"); env != nullptr && *env != '\0') {
-      classpath = env;
-      classpath_source = "SHOAL_YARN_AM_CLASSPATH";
-    } else if (std::string cluster = backends::YarnClasspathFromConfig(
-                   cluster_setting("yarn.application.classpath"));
-               !cluster.empty()) {
-      classpath = cluster;
-      classpath_source = "the cluster's yarn.application.classpath";
-    } else {
-      classpath = backends::DefaultYarnAmClasspath();
-      classpath_source = "YARN's default application classpath";
-    }
-    // The containers get the AM jar and this binary from HDFS (YARN local resources).
-    std::string hdfs = env_or("SHOAL_HDFS", cluster_setting("fs.defaultFS"));
-    while (absl::StartsWith(hdfs, "hdfs://") && absl::EndsWith(hdfs, "/")) hdfs.pop_back();
-    std::string webhdfs_setting = env_or("SHOAL_WEBHDFS", "");
-    if (webhdfs_setting.empty()) {
-      // dfs.namenode.http-address, where the ResourceManager's configuration has it with a
-      // real host; else the NameNode's host on the default port.
-      std::string http = cluster_setting("dfs.namenode.http-address");
-      if (!http.empty() && !absl::StartsWith(http, "0.0.0.0:") && !absl::EndsWith(http, ":0")) {
-        webhdfs_setting = "http://" + http;
-      }
-    }
-    auto webhdfs = backends::WebHdfsAddress(hdfs, webhdfs_setting);
-    if (!webhdfs.ok()) {
-      std::cerr << "shoal: --backend yarn: the containers get the application master's jar and "
-                   "the shoal binary from HDFS, but "
-                << (hdfs.empty() ? std::string("the cluster names no file system")
-                                 : "the cluster's file system is '" + hdfs + "'")
-                << (cluster_conf.ok() ? std::string()
-                                      : absl::StrCat(" (its ResourceManager's /conf: ",
-                                                     cluster_conf.status().message(), ")"))
-                << "; name its HDFS with SHOAL_HDFS=hdfs://NAMENODE:PORT\n";
-      return kExitUsage;
-    }
-    auto checked_webhdfs = backends::NormalizeRmWebAddress(*webhdfs);
-    std::string hdfs_user = env_or("HADOOP_USER_NAME", "");
-    if (hdfs_user.empty()) {
-      const passwd* pw = ::getpwuid(::geteuid());
-      hdfs_user = pw != nullptr ? pw->pw_name : "shoal";
-    }
-    absl::Status webhdfs_ok =
-        checked_webhdfs.ok() ? backends::WebHdfs(*checked_webhdfs, hdfs_user).Check()
-                             : absl::InvalidArgumentError("it must be http://HOST:PORT");
-    if (!webhdfs_ok.ok()) {
-      std::cerr << "shoal: --backend yarn: the NameNode's WebHDFS at '" << *webhdfs
-                << "' (for " << hdfs << ") does not answer: " << webhdfs_ok.message()
-                << "; give its HTTP address with SHOAL_WEBHDFS=http://NAMENODE:PORT\n";
-      return kExitUsage;
-    }
-    yarn = {{"rm_web", *rm_web},
-            {"queue", request.queue},
-            {"node_label", request.node_label},
-            {"am_jar", std::filesystem::absolute(am_jar).string()},
-            {"am_classpath", classpath},
-            {"am_classpath_source", classpath_source},
-            {"hdfs", hdfs},
-            {"webhdfs", *checked_webhdfs},
-            {"hdfs_user", hdfs_user}};
-  } else {
-    std::cerr << "shoal: unknown backend '" << options.backend << "'; use local, slurm or yarn\n";
+  // The backend's own checks, before anything exists: its flags, whether the job can ever
+  // run there, whether its cluster answers. What they settle is recorded in submit.json.
+  const backends::BackendProvider* backend = options.backends->Find(options.backend);
+  if (backend == nullptr) {
+    std::cerr << "shoal: unknown backend '" << options.backend << "'; use "
+              << options.backends->NamesForMessages() << "\n";
+    return kExitUsage;
+  }
+  backends::PreflightRequest preflight_request;
+  preflight_request.job = &job;
+  preflight_request.flags = options.backend_flags;
+  preflight_request.listen_host = options.listen_host;
+  preflight_request.fake_gpus = options.fake_gpus;
+  preflight_request.task_ports = task_ports;
+  absl::StatusOr<backends::Preflight> preflight = backend->Check(preflight_request);
+  if (!preflight.ok()) {
+    std::cerr << "shoal: " << preflight.status().message() << "\n";
     return kExitUsage;
   }
   auto token = NewToken();
@@ -501,11 +267,10 @@ int RunJob(const RunOptions& options) {
       {"source_path", std::filesystem::absolute(options.job_file).string()},
       {"base_dir", std::filesystem::absolute(options.job_file).parent_path().string()},
       {"jobs_root", options.jobs_root},
-      {"listen_host", listen_host},
+      {"listen_host", preflight->listen_host},
       {"backend", options.backend},
   };
-  if (!slurm.empty()) submit["slurm"] = slurm;
-  if (!yarn.empty()) submit["yarn"] = yarn;
+  if (!preflight->settings.empty()) submit[options.backend] = preflight->settings;
   if (options.fake_gpus) submit["fake_gpus"] = *options.fake_gpus;
   absl::Status st = MakeDirs(job_dir);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", job_file->text);

@@ -3,9 +3,12 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "spec/job_section.h"
 
 namespace shoal::spec {
 
@@ -111,20 +114,6 @@ struct DatasetConfig {
   }
 };
 
-// Where the job runs on Slurm (`slurm:` in the job file); flags of `shoal run` override each.
-struct SlurmConfig {
-  std::string partition;                  // empty: the cluster's default partition
-  std::string account;                    // empty: the user's default account
-  std::chrono::milliseconds time_limit{0};  // 0: the partition's limit
-  std::string constraint;                 // node features, Slurm's --constraint syntax
-};
-
-// Where the job runs on YARN (`yarn:` in the job file); flags of `shoal run` override each.
-struct YarnConfig {
-  std::string queue;       // empty: the cluster's default queue
-  std::string node_label;  // node label expression every container must match; empty: none
-};
-
 // A TensorBoard beside the job (`tensorboard:` in the job file), started by the master for the
 // job's life and never part of its outcome.
 struct TensorBoardConfig {
@@ -156,12 +145,19 @@ struct JobSpec {
   HeartbeatConfig heartbeat;
   CheckpointConfig checkpoint;
   DatasetConfig dataset;
-  SlurmConfig slurm;
-  YarnConfig yarn;
+  // The sections the parser read for their owners (a backend's `slurm:`), by their key; the
+  // owner finds its typed value with Section<T>(). Only sections written in the file are here.
+  std::map<std::string, std::shared_ptr<const SectionValue>> sections;
   TensorBoardConfig tensorboard;
   MpiConfig mpi;
 
   const Role* FindRole(const std::string& name) const;
+  // The value of section `name` when it was written and is a T; else nullptr.
+  template <typename T>
+  const T* Section(const std::string& name) const {
+    auto it = sections.find(name);
+    return it == sections.end() ? nullptr : dynamic_cast<const T*>(it->second.get());
+  }
   uint32_t TotalTasks() const;
 };
 

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "machine/machine_inventory.h"
+#include "spec/job_section.h"
 #include "spec/job_spec.h"
 
 namespace shoal::spec {
@@ -19,7 +20,7 @@ struct JobFile {
 
 // Reads the job file at `path` once (a regular file, or a pipe such as `<(generate-job)`) and
 // validates those bytes, as ParseJobSpecFile does.
-absl::StatusOr<JobFile> ReadJobFile(const std::string& path);
+absl::StatusOr<JobFile> ReadJobFile(const std::string& path, const JobSections& sections);
 
 // Reads and validates the job file at `path`. Relative working_dir values are resolved against
 // the file's directory; messages and JobSpec::source_path name the file as `path` spells it.
@@ -27,13 +28,17 @@ absl::StatusOr<JobFile> ReadJobFile(const std::string& path);
 // per error found (all of them, not just the first) in the form
 //   job.yaml:7: roles.worker.instances: must be an integer >= 1, got 0
 // Nothing here throws.
-absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path);
+//
+// `sections` are the top-level sections read for their owners (a backend's `slurm:`): the
+// composition root's list (cli/backends_registry.h), so that a job file means the same to every
+// command. A key of a section not in the list is an unknown key.
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path, const JobSections& sections);
 
 // Same, for a job file already in memory. `source_name` names it in messages and becomes
 // JobSpec::source_path; `base_dir` resolves relative working_dir values (itself resolved against
 // the current directory when relative; empty means the current directory).
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& source_name,
-                                     const std::string& base_dir);
+                                     const std::string& base_dir, const JobSections& sections);
 
 // Refuses, with an InvalidArgument holding one line per problem, a job that can never fit
 // `machine`: one task asking for more CPUs, memory or GPUs than the machine has, or the totals

@@ -43,3 +43,27 @@ def test_an_unknown_command_is_named(run_shoal):
     r = run_shoal("status", "no-such-job", timeout=30)
     assert "unknown command" not in r.stderr, r.stderr
 
+
+
+# Checked before anything starts, with the job file's rules for the same keys, and named alone:
+# the check once parsed generated YAML, and a bad flag came with "command line:1: name:
+# required", or with a YAML syntax error for a value holding a quote.
+@pytest.mark.parametrize("flags,message", [
+    (["--backend", "slurm", "--listen", "127.0.0.1", "--time-limit", "10s"],
+     "--time-limit: must be at least 1m (Slurm counts whole minutes), got '10s'"),
+    (["--backend", "slurm", "--listen", "127.0.0.1", "--account", 'a"b'],
+     "--account: must be a Slurm name (letters, digits, -_.,:=), got 'a\"b'"),
+    (["--backend", "yarn", "--yarn-rm", "http://127.0.0.1:1", "--queue", "a;b"],
+     "--queue: must be a YARN queue name (letters, digits, -_.), e.g. root.ml, got 'a;b'"),
+])
+def test_a_bad_backend_flag_is_named_alone_before_anything_starts(flags, message, run_shoal,
+                                                                   write_job, jobs_dir):
+    job = write_job("""
+        name: flags
+        roles:
+          worker: {command: ["true"]}
+        """)
+    r = run_shoal("run", *flags, job, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == f"shoal: invalid flag: {message}\n", r.stderr
+    assert not jobs_dir.exists() or not list(jobs_dir.iterdir())

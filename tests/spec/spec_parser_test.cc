@@ -15,6 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "backends/slurm/slurm_section.h"
+#include "backends/yarn/yarn_section.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,6 +30,22 @@ using ::testing::Not;
 using ::testing::Pair;
 
 constexpr char kBaseDir[] = "/jobs/demo";
+
+// The job file as `shoal` reads it: with the backends' sections (cli/backends_registry.cc).
+const JobSections& BackendSections() {
+  static const JobSections sections = {backends::SlurmJobSection(), backends::YarnJobSection()};
+  return sections;
+}
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml, const std::string& source,
+                                     const std::string& base_dir) {
+  return spec::ParseJobSpec(yaml, source, base_dir, BackendSections());
+}
+absl::StatusOr<JobSpec> ParseJobSpecFile(const std::string& path) {
+  return spec::ParseJobSpecFile(path, BackendSections());
+}
+absl::StatusOr<JobFile> ReadJobFile(const std::string& path) {
+  return spec::ReadJobFile(path, BackendSections());
+}
 
 absl::StatusOr<JobSpec> Parse(const std::string& yaml) {
   return ParseJobSpec(yaml, "job.yaml", kBaseDir);
@@ -2149,17 +2167,17 @@ TEST(SpecParserTest, ReadsSlurmSection) {
       "\"a100&ib\"}\nroles:\n  a: {command: [x]}\n",
       "job.yaml", "/base");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->slurm.partition, "gpu");
-  EXPECT_EQ(spec->slurm.account, "ml-team");
-  EXPECT_EQ(spec->slurm.time_limit, std::chrono::minutes(90));
-  EXPECT_EQ(spec->slurm.constraint, "a100&ib");
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).partition, "gpu");
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).account, "ml-team");
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).time_limit, std::chrono::minutes(90));
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).constraint, "a100&ib");
 }
 
 TEST(SpecParserTest, SlurmDefaultsAreEmpty) {
   auto spec = ParseJobSpec("name: j\nroles:\n  a: {command: [x]}\n", "job.yaml", "/base");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->slurm.partition, "");
-  EXPECT_EQ(spec->slurm.time_limit.count(), 0);
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).partition, "");
+  EXPECT_EQ(backends::SlurmConfigOf(*spec).time_limit.count(), 0);
 }
 
 TEST(SpecParserTest, RejectsBadSlurmValues) {
@@ -2180,8 +2198,8 @@ TEST(SpecParserTest, ReadsYarnSection) {
                            "  a: {command: [x]}\n",
                            "job.yaml", "/base");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->yarn.queue, "root.ml");
-  EXPECT_EQ(spec->yarn.node_label, "gpu&&ib");
+  EXPECT_EQ(backends::YarnConfigOf(*spec).queue, "root.ml");
+  EXPECT_EQ(backends::YarnConfigOf(*spec).node_label, "gpu&&ib");
 }
 
 TEST(SpecParserTest, RejectsBadYarnValues) {

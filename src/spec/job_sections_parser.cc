@@ -1,0 +1,324 @@
+// JobFileParser: the job's optional sections: checkpoint, dataset, tensorboard, mpi (with the
+// roles framework: mpi requires), and the sections read for their owners (JobSections).
+#include <algorithm>
+
+#include "spec/job_file_parser.h"
+
+namespace shoal::spec {
+
+void JobFileParser::ParseCheckpoint(const Entry& e, CheckpointConfig& out) {
+  const std::string path = "checkpoint";
+  // Written at all, even with nothing after it: checkpoints are on, with the defaults.
+  out.configured = true;
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) {
+    Error(e.line, path,
+          absl::StrCat("must be a map with dir and/or keep, e.g. {dir: ./ckpt, keep: 3}, got ",
+                       Describe(e.value)));
+    return;
+  }
+  std::vector<Entry> entries = Entries(e, path, false);
+  CheckKnownKeys(entries, path, kCheckpointKeys);
+  if (const Entry* d = Find(entries, "dir")) {
+    std::string key = JoinKey(path, "dir");
+    if (auto text = Scalar(*d, key, kCheckpointDirForm)) {
+      if (text->empty()) {
+        Error(d->line, key,
+              absl::StrCat("must be ", kCheckpointDirForm, " (leave it out for the default), "
+                           "got ''"));
+      } else if ((*text)[0] == '~') {
+        Error(d->line, key,
+              absl::StrCat("'~' is not expanded; must be ", kCheckpointDirForm, ", got ",
+                           Describe(d->value)));
+      } else if (HasNul(*text)) {
+        Error(d->line, key, kNulMessage);
+      } else if (HasUriScheme(*text)) {
+        absl::string_view rest = absl::string_view(*text).substr(text->find("://") + 3);
+        if (rest.find_first_not_of('/') == absl::string_view::npos) {
+          Error(d->line, key,
+                absl::StrCat("must name a place after ", text->substr(0, text->find("://") + 3),
+                             ", a host and/or a path, e.g. hdfs://nn/ckpt, got ",
+                             Describe(d->value)));
+        } else {
+          out.dir = *text;  // for the storage it names to read; not a local path
+        }
+      } else {
+        out.dir = ResolveDir(base_dir_, *text);
+      }
+    }
+  }
+  if (const Entry* k = Find(entries, "keep")) {
+    if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
+      out.keep = static_cast<uint32_t>(*n);
+    }
+  }
+}
+
+void JobFileParser::ParseMpi(const Entry& e, JobSpec& spec) {
+  const std::string path = "mpi";
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) {
+    Error(e.line, path,
+          absl::StrCat("must be a map, e.g. {slots_per_worker: 2}, got ", Describe(e.value)));
+    return;
+  }
+  std::vector<Entry> entries = Entries(e, path, false);
+  CheckKnownKeys(entries, path, kMpiKeys);
+  if (const Entry* s = Find(entries, "slots_per_worker")) {
+    if (auto n = Integer(*s, JoinKey(path, "slots_per_worker"), 1, kMaxInstances)) {
+      spec.mpi.slots_per_worker = static_cast<uint32_t>(*n);
+    }
+  }
+  if (spec.framework != Framework::kMpi) {
+    Error(e.line, path,
+          absl::StrCat("only applies to framework: mpi; this job's framework is ",
+                       FrameworkName(spec.framework)));
+  }
+}
+
+void JobFileParser::CheckMpiRoles(const Entry& roles_entry, std::vector<RoleSite>& sites,
+                                  JobSpec& spec) {
+  Role* launcher = nullptr;
+  RoleSite* launcher_site = nullptr;
+  Role* worker = nullptr;
+  for (size_t i = 0; i < spec.roles.size(); ++i) {
+    if (spec.roles[i].name == kMpiLauncher) {
+      launcher = &spec.roles[i];
+      launcher_site = &sites[i];
+    }
+    if (spec.roles[i].name == kMpiWorker) worker = &spec.roles[i];
+  }
+  if (launcher == nullptr || worker == nullptr) {
+    Error(roles_entry.line, "roles",
+          "framework: mpi needs a 'launcher' role (one task whose command is the MPI program, "
+          "run through mpirun) and a 'worker' role (the tasks that host the ranks, without a "
+          "command)");
+    return;
+  }
+  if (launcher->instances != 1 || launcher->min_instances != 0) {
+    Error(launcher->line, "roles.launcher.instances",
+          absl::StrCat("framework: mpi runs exactly one launcher, got ", launcher->instances));
+  }
+  worker->untracked = true;
+  if (std::find(launcher->depends_on.begin(), launcher->depends_on.end(), kMpiWorker) ==
+      launcher->depends_on.end()) {
+    launcher->depends_on.push_back(kMpiWorker);
+    launcher_site->depends_on_item_lines.push_back(launcher->line);
+  }
+}
+
+void JobFileParser::CheckMpiNotElastic(const JobSpec& spec) {
+  for (const Role& r : spec.roles) {
+    if ((r.name == kMpiLauncher || r.name == kMpiWorker) &&
+        (r.on_failure == OnFailure::kElastic || r.min_instances != 0)) {
+      Error(r.line, JoinKey("roles", r.name),
+            "an MPI world cannot change size while it runs, so framework: mpi roles cannot be "
+            "elastic; use on_failure: restart-group to restart the whole world");
+    }
+  }
+}
+
+void JobFileParser::ParseTensorBoard(const Entry& e, TensorBoardConfig& out) {
+  const std::string path = "tensorboard";
+  // Written at all, even as `tensorboard:`, turns it on with the defaults.
+  out.configured = true;
+  if (e.value.IsNull()) return;
+  if (!e.value.IsMap()) {
+    Error(e.line, path,
+          absl::StrCat("must be a map with logdir and/or command, e.g. {logdir: ./runs}, got ",
+                       Describe(e.value)));
+    return;
+  }
+  std::vector<Entry> entries = Entries(e, path, false);
+  CheckKnownKeys(entries, path, kTensorBoardKeys);
+  if (const Entry* d = Find(entries, "logdir")) {
+    std::string key = JoinKey(path, "logdir");
+    constexpr char kForm[] = "a directory path, absolute or relative to the job file";
+    if (auto text = Scalar(*d, key, kForm)) {
+      if (text->empty() || (*text)[0] == '~') {
+        Error(d->line, key,
+              absl::StrCat("must be ", kForm, " ('~' is not expanded; leave the key out for "
+                           "the default), got ", Describe(d->value)));
+      } else if (HasNul(*text)) {
+        Error(d->line, key, kNulMessage);
+      } else {
+        out.logdir = ResolveDir(base_dir_, *text);
+      }
+    }
+  }
+  if (const Entry* c = Find(entries, "command")) {
+    std::string key = JoinKey(path, "command");
+    bool ok = c->value.IsSequence() && c->value.size() > 0;
+    std::vector<std::string> argv;
+    for (size_t i = 0; ok && i < c->value.size(); ++i) {
+      if (!c->value[i].IsScalar() || c->value[i].Scalar().empty() ||
+          HasNul(c->value[i].Scalar())) {
+        ok = false;
+      } else {
+        argv.push_back(c->value[i].Scalar());
+      }
+    }
+    if (!ok) {
+      Error(c->line, key,
+            absl::StrCat("must be a non-empty list of strings, the TensorBoard program and its "
+                         "first arguments, e.g. [/opt/venv/bin/tensorboard], got ",
+                         Describe(c->value)));
+    } else {
+      out.command = std::move(argv);
+    }
+  }
+}
+
+void JobFileParser::ParseDataset(const Entry& e, DatasetConfig& out) {
+  const std::string path = "dataset";
+  out.configured = true;
+  constexpr char kForms[] =
+      "either shards (a list of files, e.g. [a.npz, b.npz]) or samples and shard_size (e.g. "
+      "samples: 1797, shard_size: 64)";
+  if (!e.value.IsMap()) {
+    Error(e.line, path, absl::StrCat("must be a map with ", kForms, ", got ", Describe(e.value)));
+    return;
+  }
+  std::vector<Entry> entries = Entries(e, path, false);
+  CheckKnownKeys(entries, path, kDatasetKeys);
+  const Entry* shards = Find(entries, "shards");
+  const Entry* samples = Find(entries, "samples");
+  const Entry* shard_size = Find(entries, "shard_size");
+
+  if (shards != nullptr) ParseShards(*shards, JoinKey(path, "shards"), out);
+  if (samples != nullptr) {
+    if (auto n = Integer(*samples, JoinKey(path, "samples"), 1, kMaxSamples)) {
+      out.samples = static_cast<uint64_t>(*n);
+    }
+  }
+  if (shard_size != nullptr) {
+    if (auto n = Integer(*shard_size, JoinKey(path, "shard_size"), 1, kMaxSamples)) {
+      out.shard_size = static_cast<uint64_t>(*n);
+    }
+  }
+
+  if (shards != nullptr && samples != nullptr) {
+    // Reported at whichever of the two comes second.
+    const Entry* later = shards->line > samples->line ? shards : samples;
+    const Entry* earlier = later == shards ? samples : shards;
+    Error(later->line, JoinKey(path, later->key),
+          absl::StrCat("cannot be given together with ", JoinKey(path, earlier->key),
+                       " (line ", earlier->line, "); a dataset is ", kForms));
+  } else if (shards != nullptr && shard_size != nullptr) {
+    Error(shard_size->line, JoinKey(path, "shard_size"),
+          "only goes with samples; with shards each file is one shard, so drop it");
+  } else if (shards == nullptr && samples == nullptr) {
+    if (shard_size != nullptr) {
+      Error(e.line, JoinKey(path, "samples"),
+            "required with shard_size; expected an integer >= 1, e.g. samples: 1797");
+    } else {
+      Error(e.line, path, absl::StrCat("needs ", kForms));
+    }
+  } else if (samples != nullptr && shard_size == nullptr) {
+    Error(e.line, JoinKey(path, "shard_size"),
+          "required with samples; expected an integer >= 1, e.g. shard_size: 64");
+  }
+
+  if (const Entry* ep = Find(entries, "epochs")) {
+    if (auto n = Integer(*ep, JoinKey(path, "epochs"), 1, kMaxCount)) {
+      out.epochs = static_cast<uint32_t>(*n);
+    }
+  }
+  if (const Entry* l = Find(entries, "lease_timeout")) {
+    std::string key = JoinKey(path, "lease_timeout");
+    if (auto d = Duration(*l, key)) {
+      if (d->count() == 0) {
+        Error(l->line, key, "must be longer than 0, e.g. 60s, got 0s");
+      } else {
+        out.lease_timeout = *d;
+      }
+    }
+  }
+}
+
+void JobFileParser::ParseShards(const Entry& e, const std::string& key, DatasetConfig& out) {
+  if (!e.value.IsSequence()) {
+    Error(e.line, key,
+          absl::StrCat("must be a list of files, e.g. [a.npz, b.npz], got ", Describe(e.value)));
+    return;
+  }
+  if (e.value.size() == 0) {
+    Error(e.line, key, "must name at least one file, e.g. [a.npz, b.npz]");
+    return;
+  }
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    YAML::Node item = e.value[i];
+    int line = ItemLine(e, i);
+    std::string item_key = absl::StrCat(key, "[", i, "]");
+    if (!item.IsScalar()) {
+      Error(line, item_key, absl::StrCat("must be a file name, got ", Describe(item)));
+    } else if (item.Scalar().empty()) {
+      Error(line, item_key, "must not be empty; expected a file name such as a.npz");
+    } else if (HasNul(item.Scalar())) {
+      Error(line, item_key, kNulMessage);
+    } else {
+      out.files.push_back(item.Scalar());
+    }
+  }
+}
+
+class JobFileParser::OwnedSectionReader final : public SectionReader {
+ public:
+  OwnedSectionReader(JobFileParser& parser, const Entry& section)
+      : parser_(parser), section_(section) {}
+
+  const std::string& name() const override { return section_.key; }
+
+  bool ExpectMap(absl::string_view form) override {
+    if (!section_.value.IsMap()) {
+      parser_.Error(
+          section_.line, section_.key,
+          absl::StrCat("must be a map with ", form, ", got ", spec::Describe(section_.value)));
+      return false;
+    }
+    entries_ = parser_.Entries(section_, section_.key, false);
+    return true;
+  }
+
+  void AcceptKeys(absl::Span<const absl::string_view> accepted) override {
+    parser_.CheckKnownKeys(entries_, section_.key, accepted);
+  }
+
+  bool Has(absl::string_view key) const override { return Find(entries_, key) != nullptr; }
+
+  std::optional<std::string> Text(absl::string_view key, absl::string_view expected) override {
+    const Entry* e = Find(entries_, key);
+    if (e == nullptr) return std::nullopt;
+    return parser_.Scalar(*e, JoinKey(section_.key, key), expected);
+  }
+
+  std::optional<std::chrono::milliseconds> Duration(absl::string_view key) override {
+    const Entry* e = Find(entries_, key);
+    if (e == nullptr) return std::nullopt;
+    return parser_.Duration(*e, JoinKey(section_.key, key));
+  }
+
+  std::string Describe(absl::string_view key) const override {
+    const Entry* e = Find(entries_, key);
+    return e == nullptr ? "nothing" : spec::Describe(e->value);
+  }
+
+  void Error(absl::string_view key, absl::string_view message) override {
+    const Entry* e = Find(entries_, key);
+    parser_.Error(e != nullptr ? e->line : section_.line, JoinKey(section_.key, key), message);
+  }
+
+ private:
+  JobFileParser& parser_;
+  const Entry& section_;
+  std::vector<Entry> entries_;  // the map's pairs, once ExpectMap found a map
+};
+
+void JobFileParser::ParseOwnedSection(const Entry& e, const JobSection& section, JobSpec& spec) {
+  OwnedSectionReader reader(*this, e);
+  if (std::shared_ptr<const SectionValue> value = section.parse(reader)) {
+    spec.sections[section.name] = std::move(value);
+  }
+}
+
+}  // namespace shoal::spec
