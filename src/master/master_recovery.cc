@@ -115,7 +115,7 @@ void Master::ReconcileNode(const std::string& node, const v1::AgentMessage& regi
     MaybeFinish();
     return;
   }
-  if (job_.group_restart_in_progress) {
+  if (restarts_.StoppingGroup()) {
     for (auto& t : job_.tasks.tasks()) {
       if (t.node == node && job_.InGroup(t) && !IsTerminal(t.state)) {
         StopTask(t, options_.stop_grace, t.reason);
@@ -129,7 +129,7 @@ void Master::ReconcileNode(const std::string& node, const v1::AgentMessage& regi
         restarts_.RelaunchTask(t.role, t.index, t.attempt);
       }
     }
-    if (!job_.group_restart_in_progress && job_.rendezvous_done) {
+    if (!restarts_.StoppingGroup() && job_.rendezvous_done) {
       // Tasks journaled as pending in the current generation whose launch never went out.
       bool any_pending = false;
       for (const auto& t : job_.tasks.tasks()) {

@@ -100,7 +100,7 @@ void RestartCoordinator::HandleTaskFailure(TaskRecord& task, const std::string& 
   for (const auto& t : job_->tasks.tasks()) {
     in_world_others += (t.role == task.role && t.in_world && &t != &task);
   }
-  PolicyDecision d = job_->policy.OnFailure(task, cause, job_->group_restart_in_progress,
+  PolicyDecision d = job_->policy.OnFailure(task, cause, StoppingGroup(),
                                             in_world_others, clock_->Now());
   // Before the transition: a master replaying the journal must know the failure is not final.
   host_->Record(FailureHandled{task.Key(), task.attempt, ActionName(d.action), cause,
@@ -143,6 +143,7 @@ void RestartCoordinator::RelaunchTask(const std::string& role, uint32_t index, u
 void RestartCoordinator::BeginGroupRestart(const std::string& reason,
                                            std::chrono::milliseconds delay) {
   uint32_t generation = job_->generation + 1;
+  relaunch_waiting_ = false;
   // Applying it marks every running task of the group restart-pending: stopped, not failed.
   host_->Record(GroupRestartBegun{generation, reason, job_->policy.group_restarts(),
                                   delay.count()});
@@ -171,18 +172,18 @@ void RestartCoordinator::BeginGroupRestart(const std::string& reason,
 }
 
 void RestartCoordinator::MaybeRelaunchGroup() {
-  if (!job_->group_restart_in_progress || host_->Ending()) return;
+  if (!StoppingGroup() || host_->Ending()) return;
   for (const auto& t : job_->tasks.tasks()) {
     if (job_->InGroup(t) && !IsTerminal(t.state)) return;
   }
-  // The group is down; the restart is now only waiting (group_restarted journals its end).
-  job_->group_restart_in_progress = false;
+  // The group is down; the restart only waits now (group_restarted journals its end).
+  relaunch_waiting_ = true;
   // An elastic role that fell below min waits for its earliest parked slots.
   auto delay = GroupRelaunchDelay(job_->spec, job_->tasks.tasks(), job_->policy.parked(),
                                   clock_->Now(), job_->group_restart_delay);
   uint32_t generation = job_->generation;
   host_->PostAfter(delay, [this, generation] {
-    if (job_->generation != generation || job_->group_restart_in_progress) return;
+    if (job_->generation != generation || StoppingGroup()) return;
     RelaunchGroup();
   });
 }
@@ -201,6 +202,7 @@ void RestartCoordinator::RelaunchGroup() {
   uint32_t generation = job_->generation + 1;
   std::optional<size_t> world = host_->FormWorld(generation);
   if (!world) return;
+  relaunch_waiting_ = false;
   host_->Record(GroupRestarted{generation, *world});
   host_->Notice(absl::StrCat("generation ", generation, ": ", *world, " tasks rejoin"));
   host_->Relaunch("");
@@ -211,7 +213,7 @@ void RestartCoordinator::CheckGrowth() {
   if (job_->policy.parked().empty() || host_->Ending()) return;
   auto now = clock_->Now();
   if (!job_->policy.SlotsBack(now).empty()) {
-    if (job_->group_restart_in_progress) return;  // RelaunchGroup checks again
+    if (StoppingGroup()) return;  // RelaunchGroup checks again
     grow_pending_ = true;
     if (!job_->spec.checkpoint.configured) BeginGrowth();
     return;
@@ -233,7 +235,7 @@ void RestartCoordinator::OnCheckpoint() {
 }
 
 void RestartCoordinator::BeginGrowth() {
-  if (!grow_pending_ || job_->group_restart_in_progress || host_->Ending()) return;
+  if (!grow_pending_ || StoppingGroup() || host_->Ending()) return;
   grow_pending_ = false;
   size_t back = job_->policy.SlotsBack(clock_->Now()).size();
   if (back == 0) return;

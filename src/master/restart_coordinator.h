@@ -72,6 +72,9 @@ class RestartCoordinator {
   void CheckGrowth();
   // A checkpoint was reported: a pending growth happens now.
   void OnCheckpoint();
+  // A group restart is stopping the group's tasks. Not while it only waits for its delay once
+  // they are all down (the journal's group_restart_in_progress lasts until group_restarted).
+  bool StoppingGroup() const { return job_->group_restart_in_progress && !relaunch_waiting_; }
   // Starts a restarted task's next attempt: journaled as its move back to pending.
   void RestartTask(TaskRecord& task);
   // Journals the shard table's records.
@@ -88,6 +91,7 @@ class RestartCoordinator {
   std::chrono::milliseconds stop_grace_;
   bool grow_pending_ = false;  // elastic: capacity is back; grow after the next checkpoint
   bool grow_timer_set_ = false;
+  bool relaunch_waiting_ = false;
 };
 
 }  // namespace shoal::master
