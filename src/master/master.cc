@@ -87,7 +87,9 @@ Master::Master(MasterOptions options, std::unique_ptr<backends::Backend> backend
       loop_(options_.clock),
       job_(options_.job_id, options_.spec),
       restarts_(&job_, this, options_.clock, options_.stop_grace),
-      sdk_(&job_, this, options_.clock) {
+      sdk_(&job_, this, options_.clock),
+      admission_(&job_, backend_.get(), this,
+                 {options_.job_id, options_.admission_retry, options_.register_timeout}) {
   created_unix_ms_ = options_.clock->UnixMillis();
 }
 
@@ -154,7 +156,7 @@ absl::Status Master::Start() {
     loop_.Post([this, node, why] { OnPlaceLost(node, why); });
   });
   backend_->SetAllocationEventCallback([this](const backends::Backend::AllocationEvent& event) {
-    loop_.Post([this, event] { OnAllocationEvent(event); });
+    loop_.Post([this, event] { admission_.OnAllocationEvent(event); });
   });
   loop_.Start([this] { AfterBatch(); });
   if (options_.recover) {
@@ -170,7 +172,7 @@ absl::Status Master::Start() {
       initial.rank = t.global_rank;
       Record(std::move(initial));
     }
-    TryAdmit();
+    admission_.TryAdmit();
   });
   return absl::OkStatus();
 }
@@ -398,9 +400,11 @@ void Master::AfterBatch() {
 
 void Master::Notice(const std::string& text) { publisher_->EmitNotice(text); }
 
-void Master::PostAfter(std::chrono::milliseconds delay, std::function<void()> task) {
-  loop_.PostAfter(delay, std::move(task));
+uint64_t Master::PostAfter(std::chrono::milliseconds delay, std::function<void()> task) {
+  return loop_.PostAfter(delay, std::move(task));
 }
+
+void Master::CancelTimer(uint64_t id) { loop_.CancelTimer(id); }
 
 void Master::Reply(uint64_t session, uint64_t request_id, const nlohmann::json& reply) {
   AgentSession* s = agents_.Find(session);

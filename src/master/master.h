@@ -17,6 +17,7 @@
 #include "common/event_loop.h"
 #include "common/journal.h"
 #include "frameworks/cluster_plan.h"
+#include "master/admission.h"
 #include "master/agent_registry.h"
 #include "master/control_plane.h"
 #include "master/horovod_rendezvous.h"
@@ -70,6 +71,7 @@ struct MasterOptions {
 // a journal record, applied to the JournaledState as it is written (group commit after each
 // batch of work) and durable before it is visible to clients or agents.
 class Master : public ControlPlane,
+               private Admission::Host,
                private RestartCoordinator::Host,
                private SdkRelay::Host {
  public:
@@ -106,12 +108,7 @@ class Master : public ControlPlane,
   Master(MasterOptions options, std::unique_ptr<backends::Backend> backend);
 
   // All below run on the loop.
-  // ---- admission and rendezvous (master_admission.cc)
-  void TryAdmit();
-  void ArmRegisterTimer();
-  void OnAllocationEvent(const backends::Backend::AllocationEvent& event);
-  const backends::NodeGrant* GrantFor(const std::string& node) const;
-  backends::AgentStartOptions AgentStartOptionsForJob() const;
+  // ---- registration and rendezvous (master_admission.cc)
   void OnRegister(AgentSession& session, const v1::AgentMessage& message);
   void CompleteRendezvous();
   // Ranks the tasks in the world as generation `generation` and journals it (the rendezvous
@@ -139,9 +136,9 @@ class Master : public ControlPlane,
   void ReconcileNode(const std::string& node, const v1::AgentMessage& registration);
 
   // ---- outcome and shutdown (master.cc)
-  void SetPhase(JobPhase phase, const std::string& reason);
+  void SetPhase(JobPhase phase, const std::string& reason) override;
   void EvaluateOutcome();
-  void BeginStopping(JobPhase outcome, const std::string& reason);
+  void BeginStopping(JobPhase outcome, const std::string& reason) override;
   void MaybeFinish();
   void Finish();
   // Tells those waiting in Wait that the job is over.
@@ -157,11 +154,15 @@ class Master : public ControlPlane,
   // on a change the journal could lose.
   void Commit();
 
-  // ---- RestartCoordinator::Host and SdkRelay::Host
+  // ---- the parts' Host interfaces
+  bool Registered(const std::string& node) override;
+  void AgentsStarted() override;
+  backends::AgentStartOptions AgentStartOptions() const override;
+  void CancelTimer(uint64_t id) override;
   void StopTask(TaskRecord& task, std::chrono::milliseconds grace,
                 const std::string& reason) override;
   void Notice(const std::string& text) override;
-  void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) override;
+  uint64_t PostAfter(std::chrono::milliseconds delay, std::function<void()> task) override;
   std::optional<size_t> FormWorld(uint32_t generation) override {
     return FormWorld(generation, /*journal=*/true);
   }
@@ -182,8 +183,8 @@ class Master : public ControlPlane,
   AgentRegistry agents_;
   RestartCoordinator restarts_;
   SdkRelay sdk_;
+  Admission admission_;
   std::unique_ptr<StatusPublisher> publisher_;
-  std::vector<PlacedTask> placement_;
   frameworks::ClusterPlan plan_;
   std::set<std::string> notices_shown_;  // agent notices already shown to clients
   std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back
@@ -193,7 +194,6 @@ class Master : public ControlPlane,
   std::vector<std::string> launched_roles_;
   // Horovod's gloo key-value store, for framework: horovod; null otherwise.
   std::unique_ptr<HorovodRendezvous> horovod_rendezvous_;
-  uint64_t register_timer_ = 0;
   int64_t created_unix_ms_ = 0;
   int64_t finished_unix_ms_ = 0;
 

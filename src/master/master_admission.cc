@@ -1,10 +1,9 @@
-// The master's way from a submitted job to running tasks: admission by the backend, agents
-// registering, the rendezvous (rendezvous.h builds the plan), and launching roles in their
-// dependency order. Part of class Master (master.h), on its loop.
+// The master's way from admitted places to running tasks: agents registering, the rendezvous
+// (rendezvous.h builds the plan), and launching roles in their dependency order. Part of class
+// Master (master.h), on its loop; admission itself is admission.h.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "frameworks/framework_env.h"
 #include "master/master.h"
 #include "master/rendezvous.h"
@@ -13,88 +12,7 @@
 
 namespace shoal::master {
 
-void Master::TryAdmit() {
-  if (job_.phase != JobPhase::kQueued) return;
-  auto grants = backend_->Acquire(options_.spec, options_.job_id);
-  if (!grants.ok()) {
-    if (absl::IsUnavailable(grants.status())) {
-      std::string why(grants.status().message());
-      if (why != job_.phase_reason) {
-        Record(Queued{why});
-        SetPhase(JobPhase::kQueued, why);
-      }
-      loop_.PostAfter(options_.admission_retry, [this] { TryAdmit(); });
-      return;
-    }
-    std::string why = absl::StrCat("cannot be admitted: ", grants.status().message());
-    Record(AdmissionRefused{why});
-    BeginStopping(JobPhase::kFailed, why);
-    return;
-  }
-  auto placement = PlaceTasks(options_.spec, job_.tasks.tasks(), *grants);
-  if (!placement.ok()) {
-    BeginStopping(JobPhase::kFailed, std::string(placement.status().message()));
-    return;
-  }
-  placement_ = *placement;
-  Record(Admitted{backend_->Name(), *grants});
-  SetPhase(JobPhase::kStarting, "waiting for agents to register");
-
-  backends::AgentStartOptions start = AgentStartOptionsForJob();
-  if (auto st = backend_->StartAgents(start); !st.ok()) {
-    BeginStopping(JobPhase::kFailed, absl::StrCat("cannot start agents: ", st.message()));
-    return;
-  }
-  ArmRegisterTimer();
-  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
-}
-
-void Master::ArmRegisterTimer() {
-  loop_.CancelTimer(register_timer_);
-  register_timer_ = loop_.PostAfter(options_.register_timeout, [this] {
-    if (job_.rendezvous_done || Ending()) return;
-    std::string missing;
-    for (const auto& g : job_.grants) {
-      if (agents_.ForNode(g.name) == nullptr) missing += (missing.empty() ? "" : ", ") + g.name;
-    }
-    BeginStopping(JobPhase::kFailed,
-                  absl::StrFormat("agents on %s did not register within %.1fs", missing,
-                                  options_.register_timeout.count() / 1000.0));
-  });
-}
-
-void Master::OnAllocationEvent(const backends::Backend::AllocationEvent& event) {
-  using Kind = backends::Backend::AllocationEvent::Kind;
-  if (Ending()) return;
-  switch (event.kind) {
-    case Kind::kQueued:
-      // The scheduler holds the job back: no agent can register until it runs, however long
-      // that takes, so the registration deadline waits too.
-      if (job_.rendezvous_done) return;
-      loop_.CancelTimer(register_timer_);
-      Record(Queued{event.reason});
-      SetPhase(JobPhase::kQueued, event.reason);
-      break;
-    case Kind::kAllocated:
-      if (job_.rendezvous_done || job_.phase != JobPhase::kQueued) return;
-      Record(Allocated{backend_->Name()});
-      SetPhase(JobPhase::kStarting, "waiting for agents to register");
-      ArmRegisterTimer();
-      break;
-    case Kind::kRefused: {
-      std::string why = absl::StrCat("cannot be admitted: ", event.reason);
-      Record(AdmissionRefused{why});
-      BeginStopping(JobPhase::kFailed, why);
-      break;
-    }
-    case Kind::kCancelled:
-      Record(CancelledOutside{event.reason});
-      BeginStopping(JobPhase::kKilled, event.reason);
-      break;
-  }
-}
-
-backends::AgentStartOptions Master::AgentStartOptionsForJob() const {
+backends::AgentStartOptions Master::AgentStartOptions() const {
   backends::AgentStartOptions start;
   start.master_address = address_;
   start.token = options_.token;
@@ -105,16 +23,9 @@ backends::AgentStartOptions Master::AgentStartOptionsForJob() const {
   start.heartbeat_interval_ms = static_cast<uint32_t>(options_.heartbeat_interval.count());
   start.silent_after_ms = static_cast<uint32_t>(options_.heartbeat_interval.count() *
                                                 options_.heartbeat_misses);
-  for (const auto& p : placement_) start.ports_per_node[p.node]++;
+  for (const auto& p : admission_.placement()) start.ports_per_node[p.node]++;
   for (const auto& g : job_.grants) start.ports_per_node.try_emplace(g.name, 0);
   return start;
-}
-
-const backends::NodeGrant* Master::GrantFor(const std::string& node) const {
-  for (const auto& g : job_.grants) {
-    if (g.name == node) return &g;
-  }
-  return nullptr;
 }
 
 void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) {
@@ -151,7 +62,7 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
-  if (const backends::NodeGrant* g = GrantFor(req.node_name());
+  if (const backends::NodeGrant* g = admission_.GrantFor(req.node_name());
       g != nullptr && g->gpus_from_agent &&
       static_cast<uint32_t>(req.inventory().gpus_size()) < g->gpu_count) {
     refuse(absl::StrCat("node '", req.node_name(), "' was granted ", g->gpu_count,
@@ -195,13 +106,13 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
 }
 
 void Master::CompleteRendezvous() {
-  loop_.CancelTimer(register_timer_);
+  admission_.CancelRegisterTimer();
   job_.rendezvous_done = true;
   std::map<std::string, std::vector<uint32_t>> free_ports;
-  for (const auto& p : placement_) {
+  for (const auto& p : admission_.placement()) {
     if (AgentSession* s = agents_.ForNode(p.node)) free_ports[p.node] = s->free_ports;
   }
-  auto ports = AssignTaskPorts(placement_, free_ports);
+  auto ports = AssignTaskPorts(admission_.placement(), free_ports);
   if (!ports.ok()) {
     BeginStopping(JobPhase::kFailed, std::string(ports.status().message()));
     return;
@@ -223,7 +134,7 @@ std::optional<size_t> Master::FormWorld(uint32_t generation, bool journal,
   in.token = options_.token;
   in.generation = generation;
   in.tasks = &job_.tasks.tasks();
-  in.placement = &placement_;
+  in.placement = &admission_.placement();
   in.grants = &job_.grants;
   in.node_addresses = &job_.node_addresses;
   in.node_gpus = &job_.node_gpus;
@@ -326,6 +237,12 @@ void Master::LaunchReadyRoles() {
     }
   }
   EvaluateOutcome();
+}
+
+bool Master::Registered(const std::string& node) { return agents_.ForNode(node) != nullptr; }
+
+void Master::AgentsStarted() {
+  loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });
 }
 
 }  // namespace shoal::master

@@ -57,7 +57,7 @@ void Master::ReplacePlace(const std::string& node) {
     needed |= (t.node == node && (t.restart_pending || t.state == TaskState::kPending));
   }
   if (!needed) return;
-  backends::AgentStartOptions start = AgentStartOptionsForJob();
+  backends::AgentStartOptions start = AgentStartOptions();
   auto st = backend_->ReplacePlace(node, start);
   Record(PlaceReplacing{node, st.ok(), std::string(st.message())});
   if (!st.ok()) {

@@ -25,17 +25,15 @@ void Master::Recover() {
   if (job_.phase == JobPhase::kQueued || job_.grants.empty()) {
     // Nothing was admitted yet: start over.
     job_.phase = JobPhase::kQueued;
-    TryAdmit();
+    admission_.TryAdmit();
     return;
   }
-  auto placement = PlaceTasks(options_.spec, job_.tasks.tasks(), job_.grants);
-  if (!placement.ok()) {
-    BeginStopping(JobPhase::kFailed, std::string(placement.status().message()));
+  if (auto placed = admission_.PlaceAgain(); !placed.ok()) {
+    BeginStopping(JobPhase::kFailed, std::string(placed.message()));
     return;
   }
-  placement_ = *placement;
   if (job_.rendezvous_done) FormWorld(job_.generation, /*journal=*/false);
-  backends::AgentStartOptions start = AgentStartOptionsForJob();
+  backends::AgentStartOptions start = AgentStartOptions();
   auto st = backend_->Reattach(options_.job_id, job_.grants, start);
   for (const auto& g : job_.grants) awaiting_reattach_.insert(g.name);
   if (!st.ok()) {
@@ -48,7 +46,7 @@ void Master::Recover() {
     return;
   }
   // Agents that do not come back within the registration timeout are lost.
-  register_timer_ = loop_.PostAfter(options_.register_timeout, [this] {
+  admission_.ArmReattachTimer([this] {
     for (const std::string& node : std::set<std::string>(awaiting_reattach_)) {
       awaiting_reattach_.erase(node);
       backend_->TerminatePlace(node);
@@ -62,7 +60,7 @@ void Master::Recover() {
 
 void Master::ReconcileNode(const std::string& node, const v1::AgentMessage& registration) {
   awaiting_reattach_.erase(node);
-  if (awaiting_reattach_.empty()) loop_.CancelTimer(register_timer_);
+  if (awaiting_reattach_.empty()) admission_.CancelRegisterTimer();
   std::map<std::string, uint32_t> running;
   for (const auto& t : registration.register_().running_tasks()) {
     running[absl::StrCat(t.role(), ":", t.index())] = t.attempt();

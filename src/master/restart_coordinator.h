@@ -43,7 +43,7 @@ class RestartCoordinator {
     virtual void StopTask(TaskRecord& task, std::chrono::milliseconds grace,
                           const std::string& reason) = 0;
     virtual void Notice(const std::string& text) = 0;
-    virtual void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) = 0;
+    virtual uint64_t PostAfter(std::chrono::milliseconds delay, std::function<void()> task) = 0;
     // The job is stopping or over: nothing is restarted any more.
     virtual bool Ending() const = 0;
     // A new world as `generation`: ranks for the tasks in it, journaled. Returns its

@@ -25,7 +25,7 @@ class SdkRelay {
     virtual void Record(JournalRecord record) = 0;  // applied and journaled
     // Answers request `request_id` (0: no answer wanted) on the agent stream `session`.
     virtual void Reply(uint64_t session, uint64_t request_id, const nlohmann::json& reply) = 0;
-    virtual void PostAfter(std::chrono::milliseconds delay, std::function<void()> task) = 0;
+    virtual uint64_t PostAfter(std::chrono::milliseconds delay, std::function<void()> task) = 0;
     // A task reported a checkpoint.
     virtual void Checkpointed() = 0;
   };

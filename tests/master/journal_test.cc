@@ -135,8 +135,9 @@ class LiveJob : public RestartCoordinator::Host {
     Transition(task, TaskState::kKilled, reason);
   }
   void Notice(const std::string&) override {}
-  void PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
+  uint64_t PostAfter(std::chrono::milliseconds, std::function<void()> task) override {
     timers.push_back(std::move(task));
+    return timers.size();
   }
   bool Ending() const override {
     return job.phase == JobPhase::kStopping || IsTerminal(job.phase);
