@@ -30,6 +30,35 @@ std::pair<std::string, uint32_t> SplitTaskKey(const std::string& key) {
           static_cast<uint32_t>(std::strtoul(key.c_str() + colon + 1, nullptr, 10))};
 }
 
+std::optional<TaskStateChanged> TransitionRecord(const TaskRecord& task, TaskState to,
+                                                 const std::string& reason) {
+  if (IsTerminal(task.state) || static_cast<int>(to) <= static_cast<int>(task.state)) {
+    return std::nullopt;
+  }
+  TaskStateChanged r;
+  r.task = task.Key();
+  r.from = TaskStateName(task.state);
+  r.to = TaskStateName(to);
+  if (!reason.empty()) r.reason = reason;
+  r.attempt = task.attempt;
+  if (to == TaskState::kRunning) r.pid = task.pid;
+  if (IsTerminal(to)) {
+    r.exit_code = task.exit_code;
+    r.signal = task.signal;
+  }
+  return r;
+}
+
+std::optional<TaskStateChanged> RestartRecord(const TaskRecord& task) {
+  if (!IsTerminal(task.state)) return std::nullopt;
+  TaskStateChanged r;
+  r.task = task.Key();
+  r.from = TaskStateName(task.state);
+  r.to = TaskStateName(TaskState::kPending);
+  r.attempt = task.attempt + 1;
+  return r;
+}
+
 JournaledState::JournaledState(std::string job_id_in, const spec::JobSpec& spec_in)
     : job_id(std::move(job_id_in)), spec(spec_in), tasks(spec_in), policy(spec_in) {
   if (spec.dataset.configured) shards = std::make_unique<ShardTable>(spec.dataset);

@@ -95,6 +95,13 @@ absl::Status Apply(const JournalEntry& entry, JournaledState& state, RecordSourc
 absl::Status Replay(const std::vector<nlohmann::json>& lines, JournaledState& state,
                     Clock::TimePoint now);
 
+// The record of moving `task` to `to` (what Apply then does); nullopt when JobState refuses the
+// move: out of a terminal state, or backwards.
+std::optional<TaskStateChanged> TransitionRecord(const TaskRecord& task, TaskState to,
+                                                 const std::string& reason);
+// The record of a finished task's next attempt (back to pending); nullopt if it is not finished.
+std::optional<TaskStateChanged> RestartRecord(const TaskRecord& task);
+
 // "worker:3" -> ("worker", 3).
 std::pair<std::string, uint32_t> SplitTaskKey(const std::string& key);
 std::optional<TaskState> TaskStateFromName(const std::string& name);

@@ -362,20 +362,7 @@ void Master::Record(JournalRecord record) {
 }
 
 void Master::Transition(TaskRecord& task, TaskState to, const std::string& reason) {
-  // Never out of a terminal state, never backwards (JobState::Transition).
-  if (IsTerminal(task.state) || static_cast<int>(to) <= static_cast<int>(task.state)) return;
-  TaskStateChanged r;
-  r.task = task.Key();
-  r.from = TaskStateName(task.state);
-  r.to = TaskStateName(to);
-  if (!reason.empty()) r.reason = reason;
-  r.attempt = task.attempt;
-  if (to == TaskState::kRunning) r.pid = task.pid;
-  if (IsTerminal(to)) {
-    r.exit_code = task.exit_code;
-    r.signal = task.signal;
-  }
-  Record(std::move(r));
+  if (auto record = TransitionRecord(task, to, reason)) Record(std::move(*record));
 }
 
 void Master::SetPhase(JobPhase phase, const std::string& reason) {

@@ -62,13 +62,7 @@ void RestartCoordinator::JournalShardRecords(std::vector<nlohmann::json>& record
 }
 
 void RestartCoordinator::RestartTask(TaskRecord& task) {
-  if (!IsTerminal(task.state)) return;
-  TaskStateChanged r;
-  r.task = task.Key();
-  r.from = TaskStateName(task.state);
-  r.to = TaskStateName(TaskState::kPending);
-  r.attempt = task.attempt + 1;
-  host_->Record(std::move(r));
+  if (auto record = RestartRecord(task)) host_->Record(std::move(*record));
 }
 
 void RestartCoordinator::HandleCleanExit(TaskRecord& task) {

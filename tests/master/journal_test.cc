@@ -114,19 +114,7 @@ class LiveJob : public RestartCoordinator::Host {
     lines.push_back(ToJson(entry));
   }
   void Transition(TaskRecord& task, TaskState to, const std::string& reason) override {
-    if (IsTerminal(task.state) || static_cast<int>(to) <= static_cast<int>(task.state)) return;
-    TaskStateChanged r;
-    r.task = task.Key();
-    r.from = TaskStateName(task.state);
-    r.to = TaskStateName(to);
-    if (!reason.empty()) r.reason = reason;
-    r.attempt = task.attempt;
-    if (to == TaskState::kRunning) r.pid = task.pid;
-    if (IsTerminal(to)) {
-      r.exit_code = task.exit_code;
-      r.signal = task.signal;
-    }
-    Record(std::move(r));
+    if (auto record = TransitionRecord(task, to, reason)) Record(std::move(*record));
   }
   // The agent stops it at once.
   void StopTask(TaskRecord& task, std::chrono::milliseconds, const std::string& reason) override {
