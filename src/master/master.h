@@ -1,18 +1,13 @@
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
-#include <deque>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
-
-#include "master/horovod_rendezvous.h"
 #include <string>
 #include <vector>
 
@@ -22,27 +17,24 @@
 #include "common/event_loop.h"
 #include "common/journal.h"
 #include "frameworks/cluster_plan.h"
-#include "master/failure_policy.h"
-#include "master/job_state.h"
+#include "master/admission.h"
+#include "master/agent_registry.h"
+#include "master/control_plane.h"
+#include "master/horovod_rendezvous.h"
+#include "master/journaled_state.h"
 #include "master/placement.h"
-#include "master/watch_queue.h"
+#include "master/restart_coordinator.h"
+#include "master/sdk_relay.h"
+#include "master/status_publisher.h"
 #include "spec/job_spec.h"
 
 namespace grpc {
 class Server;
 }
-namespace shoal::v1 {
-class AgentMessage;
-class MasterMessage;
-class JobStatus;
-class WatchEvent;
-}  // namespace shoal::v1
 
 namespace shoal::master {
 
 class MasterService;
-class ShardTable;
-class TaskLogs;
 
 struct MasterOptions {
   std::string job_id;
@@ -74,34 +66,18 @@ struct MasterOptions {
   Clock* clock = SystemClock::Get();
 };
 
-// A stream to one agent. Implemented over gRPC by MasterService; thread-safe.
-class AgentConnection {
- public:
-  virtual ~AgentConnection() = default;
-  virtual bool Send(const v1::MasterMessage& message) = 0;
-  virtual void Close() = 0;
-
-  // When the agent was last heard from. Written on the transport's thread for every message,
-  // read by the master's loop: heartbeats, the bulk of the traffic, never wake the loop.
-  void Touch(Clock::TimePoint now) {
-    last_seen_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
-  }
-  Clock::TimePoint last_seen() const {
-    return Clock::TimePoint(Clock::Duration(last_seen_ns_.load(std::memory_order_relaxed)));
-  }
-
- private:
-  std::atomic<int64_t> last_seen_ns_{0};
-};
-
-// The only owner of one job's state. Everything runs on its event loop: gRPC handlers and the
-// backend post onto it. Every change is journalled (group commit after each batch of work)
-// before it is visible to clients.
-class Master {
+// The only owner of one job: the coordinator of its parts (docs/design/0008-master-structure.md).
+// Everything runs on its event loop: gRPC handlers and the backend post onto it. Every change is
+// a journal record, applied to the JournaledState as it is written (group commit after each
+// batch of work) and durable before it is visible to clients or agents.
+class Master : public ControlPlane,
+               private Admission::Host,
+               private RestartCoordinator::Host,
+               private SdkRelay::Host {
  public:
   static absl::StatusOr<std::unique_ptr<Master>> Create(MasterOptions options,
                                                         std::unique_ptr<backends::Backend> backend);
-  ~Master();
+  ~Master() override;
 
   // Binds the control plane, writes master.json, and starts admission.
   absl::Status Start();
@@ -109,108 +85,90 @@ class Master {
   // Blocks until the job reached its outcome and every agent was released. Returns the
   // process exit code: 0 succeeded, 1 failed, 3 killed.
   int Wait();
-  // Stops the job; the outcome is `killed` unless it was already decided.
-  void Kill(const std::string& reason);
   // A service beside the job (TensorBoard) is up at `url`, or could not start: journaled and
   // shown to everyone following the job. Thread-safe.
   void AnnounceSidecar(const std::string& name, const std::string& url);
   void SidecarFailed(const std::string& name, const std::string& why);
-
-  // ---- called by MasterService from gRPC threads
-  bool Authorized(const std::string& authorization_header) const;
-  uint64_t AgentConnected(std::shared_ptr<AgentConnection> connection);
-  void AgentMessageReceived(AgentConnection* connection, uint64_t session,
-                            const v1::AgentMessage& message);
-  void AgentDisconnected(uint64_t session);
-  void FillStatus(v1::JobStatus* status);  // thread-safe snapshot
-  // A new watcher's queue; `on_ready` runs whenever events were pushed, output was committed or
-  // it was closed. With `logs`, output is sent from byte `log_offset` of logs.txt on.
-  std::shared_ptr<WatchQueue> AddWatcher(bool logs, uint64_t log_offset,
-                                         std::function<void()> on_ready);
   // After Wait: gives watchers up to `limit` to take what is left of the job's output and
   // status. True when every one did (or none is connected).
   bool WaitForWatchers(std::chrono::milliseconds limit);
 
+  // ---- ControlPlane: called by MasterService from gRPC threads
+  bool Authorized(const std::string& authorization_header) const override;
+  uint64_t AgentConnected(std::shared_ptr<AgentConnection> connection) override;
+  void AgentMessageReceived(AgentConnection* connection, uint64_t session,
+                            const v1::AgentMessage& message) override;
+  void AgentDisconnected(uint64_t session) override;
+  void FillStatus(v1::JobStatus* status) override;
+  std::shared_ptr<WatchQueue> AddWatcher(bool logs, uint64_t log_offset,
+                                         std::function<void()> on_ready) override;
+  void Kill(const std::string& reason) override;
+
  private:
-  struct AgentSession {
-    uint64_t id = 0;
-    std::shared_ptr<AgentConnection> connection;
-    std::string node;
-    bool registered = false;
-    std::vector<uint32_t> free_ports;
-    std::string address;
-    std::string leaving;  // why the agent said it is stopping, if it did
-  };
   Master(MasterOptions options, std::unique_ptr<backends::Backend> backend);
 
   // All below run on the loop.
-  void TryAdmit();
-  // Rebuilds the job from the journal (options_.recover). Errors mean the journal cannot be
-  // trusted; the job is then left as it is for a person to look at.
-  absl::Status Replay(const std::vector<nlohmann::json>& records);
-  void Recover();
-  void ReconcileNode(const std::string& node, const v1::AgentMessage& registration);
+  // ---- registration and rendezvous (master_admission.cc)
   void OnRegister(AgentSession& session, const v1::AgentMessage& message);
   void CompleteRendezvous();
-  void ArmRegisterTimer();
-  void OnAllocationEvent(const backends::Backend::AllocationEvent& event);
-  const backends::NodeGrant* GrantFor(const std::string& node) const;
+  // Ranks the tasks in the world as generation `generation` and journals it (the rendezvous
+  // record, whose Apply sets each task's rank, place and port); the plan is plan_. `ports`: the
+  // tasks' ports at the first rendezvous (later ones keep those the journal holds).
+  std::optional<size_t> FormWorld(uint32_t generation, bool journal,
+                                  const std::map<std::string, uint32_t>* ports = nullptr);
+  v1::MasterMessage ClusterSpecMessage() const;
+  void SendClusterSpec();
   void LaunchReadyRoles();
+
+  // ---- task facts and places (master.cc)
   void OnTaskStarted(const v1::AgentMessage& message);
   void OnTaskExited(const v1::AgentMessage& message, bool settled = false);
-  void OnLog(const v1::AgentMessage& message);
   void OnTaskStalled(const v1::AgentMessage& message);
-  void OnSdkRequest(AgentSession& session, const v1::AgentMessage& message);
-  // Applies the SDK steps heartbeats brought since the last drain.
   void DrainProgress();
-  void ArmLeaseTimer();
-  void ReleaseShards(const TaskRecord& task, const std::string& why);
-  void ReplySdk(AgentSession& session, uint64_t request_id, const nlohmann::json& reply);
-  // Applies the role's policy to a task that ended badly (exit, signal, hang, lost agent).
-  void HandleTaskFailure(TaskRecord& task, const std::string& cause);
-  void HandleCleanExit(TaskRecord& task);
-  void ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision);
-  void RecordFailure(const TaskRecord& task, const std::string& cause, const std::string& action,
-                     uint32_t restart);
-  void RelaunchTask(const std::string& role, uint32_t index, uint32_t attempt);
-  bool InGroup(const TaskRecord& task) const;
-  // Stops every task of the group for a new rendezvous, which starts `delay` after the last
-  // of them is gone.
-  void BeginGroupRestart(const std::string& reason, std::chrono::milliseconds delay);
-  void MaybeRelaunchGroup();
-  void RelaunchGroup();
-  void CheckGrowth();
-  void BeginGrowth();
-  // Assigns ranks to the tasks in the world and builds plan_ from them.
-  bool BuildPlan(bool journal = true);
-  void SendClusterSpec();
-  v1::MasterMessage ClusterSpecMessage() const;
-  // What the backend needs to start (or replace) this job's agents.
-  backends::AgentStartOptions AgentStartOptionsForJob() const;
-  void StopTask(TaskRecord& task, std::chrono::milliseconds grace, const std::string& reason);
   void OnPlaceLost(const std::string& node, const std::string& why);
   // Asks the backend for a new agent on a lost place that tasks will restart on.
   void ReplacePlace(const std::string& node);
-  void DropSessionsOf(const std::string& node);
   void CheckHeartbeats();
   void FailTasksOnNode(const std::string& node, const std::string& reason);
-  void SetPhase(JobPhase phase, const std::string& reason);
+
+  // ---- recovery (master_recovery.cc)
+  void Recover();
+  void ReconcileNode(const std::string& node, const v1::AgentMessage& registration);
+
+  // ---- outcome and shutdown (master.cc)
+  void SetPhase(JobPhase phase, const std::string& reason) override;
   void EvaluateOutcome();
-  void BeginStopping(JobPhase outcome, const std::string& reason);
+  void BeginStopping(JobPhase outcome, const std::string& reason) override;
   void MaybeFinish();
   void Finish();
-  void Journal(nlohmann::json record);
-  void Transition(TaskRecord& task, TaskState to, const std::string& reason = "");
+  // Tells those waiting in Wait that the job is over.
+  void Finished();
+  bool Ending() const override;
+
+  // ---- the journal
+  // Applies the record to job_ and appends it to the journal (durable at the batch's Commit).
+  void Record(JournalRecord record) override;
+  void Transition(TaskRecord& task, TaskState to, const std::string& reason = "") override;
   void AfterBatch();
   // Makes the journal durable, then sends what the batch queued for agents: an agent never acts
   // on a change the journal could lose.
   void Commit();
-  void SendToAgent(AgentSession& session, const v1::MasterMessage& message);
-  // write_file: also refresh status.json (state changes do; progress-only refreshes do not).
-  void PublishStatus(bool write_file = true);
-  void WriteStatusFile();
-  void EmitNotice(const std::string& notice);
-  AgentSession* SessionForNode(const std::string& node);
+
+  // ---- the parts' Host interfaces
+  bool Registered(const std::string& node) override;
+  void AgentsStarted() override;
+  backends::AgentStartOptions AgentStartOptions() const override;
+  void CancelTimer(uint64_t id) override;
+  void StopTask(TaskRecord& task, std::chrono::milliseconds grace,
+                const std::string& reason) override;
+  void Notice(const std::string& text) override;
+  uint64_t PostAfter(std::chrono::milliseconds delay, std::function<void()> task) override;
+  std::optional<size_t> FormWorld(uint32_t generation) override {
+    return FormWorld(generation, /*journal=*/true);
+  }
+  void Relaunch(const std::string& role) override;
+  void Reply(uint64_t session, uint64_t request_id, const nlohmann::json& reply) override;
+  void Checkpointed() override { restarts_.OnCheckpoint(); }
 
   MasterOptions options_;
   std::unique_ptr<backends::Backend> backend_;
@@ -221,66 +179,21 @@ class Master {
   std::string address_;
 
   // Owned by the loop.
-  JobState state_;
-  JobPhase phase_ = JobPhase::kQueued;
-  std::string phase_reason_;
-  std::optional<Outcome> pending_outcome_;
-  std::vector<backends::NodeGrant> grants_;
-  std::vector<PlacedTask> placement_;
+  JournaledState job_;
+  AgentRegistry agents_;
+  RestartCoordinator restarts_;
+  SdkRelay sdk_;
+  Admission admission_;
+  std::unique_ptr<StatusPublisher> publisher_;
   frameworks::ClusterPlan plan_;
-  std::map<uint64_t, AgentSession> sessions_;
-  std::map<std::string, uint64_t> node_sessions_;  // registered node -> session id
-  std::set<std::string> granted_nodes_;
-  std::map<std::string, std::string> node_addresses_;  // node -> address its agent reported
-  std::map<std::string, std::vector<std::string>> node_gpus_;
-  std::set<std::string> notices_shown_;  // agent notices already shown to clients  // node -> GPUs its agent sees
-  std::set<std::string> awaiting_reattach_;
+  std::set<std::string> notices_shown_;  // agent notices already shown to clients
+  std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back
   std::set<std::string> replacing_nodes_;  // lost places whose new agent has not registered
-  std::map<std::string, uint32_t> place_replacements_;  // recovery: nodes whose agent has not come back
-  bool finished_before_recovery_ = false;
+  std::map<std::string, uint32_t> place_replacements_;
   bool recovery_started_ = false;
-  std::string previous_address_;  // recovery: where the previous master listened
-  std::unique_ptr<TaskLogs> logs_;
-  std::vector<std::pair<std::shared_ptr<AgentConnection>, std::unique_ptr<v1::MasterMessage>>>
-      outbox_;
   std::vector<std::string> launched_roles_;
-  bool status_dirty_ = true;
-  // status.json is rewritten (with an fsync) at most every kStatusFileInterval while running,
-  // so a burst of task changes in a large job costs one write, not thousands.
-  static constexpr std::chrono::milliseconds kStatusFileInterval{250};
-  Clock::TimePoint last_status_write_{};
-  static constexpr std::chrono::milliseconds kStatusPublishInterval{50};
-  Clock::TimePoint last_publish_{};
-  bool publish_pending_ = false;
-  bool progress_dirty_ = false;  // only SDK steps changed since the last publish
-  static constexpr std::chrono::milliseconds kProgressPublishInterval{1000};
-  bool status_write_pending_ = false;
-  bool rendezvous_done_ = false;
   // Horovod's gloo key-value store, for framework: horovod; null otherwise.
   std::unique_ptr<HorovodRendezvous> horovod_rendezvous_;
-  // Failure handling (docs/fault-tolerance.md).
-  uint32_t generation_ = 0;       // bumped by every group restart or rescale
-  FailurePolicy policy_;
-  struct FailureEntry {
-    std::string role;
-    uint32_t index = 0;
-    uint32_t attempt = 0;
-    std::string cause;
-    std::string action;
-    uint32_t restart = 0;
-    int64_t unix_ms = 0;
-  };
-  static constexpr size_t kFailuresKept = 100;
-  std::deque<FailureEntry> failures_;  // newest last, for status
-  uint32_t failures_total_ = 0;
-  bool group_restart_in_progress_ = false;
-  std::chrono::milliseconds group_restart_delay_{0};
-  bool grow_pending_ = false;     // elastic: capacity is back; grow after the next checkpoint
-  bool grow_timer_set_ = false;
-  std::map<std::string, uint32_t> slot_ports_;            // task key -> its port, fixed per job
-  std::unique_ptr<ShardTable> shards_;  // null without a dataset
-  bool lease_timer_armed_ = false;
-  uint64_t register_timer_ = 0;
   int64_t created_unix_ms_ = 0;
   int64_t finished_unix_ms_ = 0;
 
@@ -295,16 +208,9 @@ class Master {
   // (role, index) -> the latest step heard; entries are never erased
   std::map<std::pair<std::string, uint32_t>, PendingStep> pending_progress_;
   bool progress_drain_scheduled_ = false;
-  std::atomic<uint64_t> next_session_{1};
   mutable std::mutex mu_;
   std::condition_variable finished_cv_;
   bool finished_ = false;
-  std::string status_snapshot_;  // serialized v1::JobStatus, refreshed after each batch
-  std::vector<std::weak_ptr<WatchQueue>> watchers_;
-  // The notices watchers were sent, for those that attach later.
-  WatchBacklog watch_backlog_;
-  // logs.txt as watchers read it; committed after each batch's flush.
-  std::shared_ptr<LogFeed> log_feed_;
 };
 
 }  // namespace shoal::master

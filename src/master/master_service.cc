@@ -6,7 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
-#include "master/master.h"
+#include "master/control_plane.h"
 #include "master/watch_queue.h"
 #include "spdlog/spdlog.h"
 
@@ -364,7 +364,7 @@ class UnaryCall final : public AsyncCall {
   using RequestMethod = void (v1::Master::AsyncService::*)(
       grpc::ServerContext*, Request*, grpc::ServerAsyncResponseWriter<Reply>*,
       grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void*);
-  using Handler = grpc::Status (*)(Master*, const Request&, Reply*);
+  using Handler = grpc::Status (*)(ControlPlane*, const Request&, Reply*);
 
   UnaryCall(MasterService* service, RequestMethod request_method, Handler handler)
       : AsyncCall(service), request_method_(request_method), handler_(handler),
@@ -405,12 +405,12 @@ class UnaryCall final : public AsyncCall {
   int outstanding_ = 0;  // only the service's thread touches a unary call
 };
 
-grpc::Status HandleGetStatus(Master* master, const v1::GetStatusRequest&, v1::JobStatus* status) {
+grpc::Status HandleGetStatus(ControlPlane* master, const v1::GetStatusRequest&, v1::JobStatus* status) {
   master->FillStatus(status);
   return grpc::Status::OK;
 }
 
-grpc::Status HandleKill(Master* master, const v1::KillRequest& request, v1::KillReply*) {
+grpc::Status HandleKill(ControlPlane* master, const v1::KillRequest& request, v1::KillReply*) {
   master->Kill(request.reason().empty() ? "killed by the user" : request.reason());
   return grpc::Status::OK;
 }

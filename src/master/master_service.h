@@ -11,12 +11,11 @@
 
 namespace shoal::master {
 
-class Master;
+class ControlPlane;
 class AsyncCall;
 
-// The gRPC face of a Master, on gRPC's completion-queue API served by one thread of its own.
+// The gRPC face of a job's master (its ControlPlane, control_plane.h), on gRPC's completion-queue API served by one thread of its own.
 // Handlers only post to the master or read its snapshot; every call must carry the job token.
-// Only master.cc includes this header.
 //
 // Why one completion queue and one thread: a master hears from every agent once a heartbeat
 // interval, each at its own moment, so nearly every message is a wake-up of its own. With
@@ -27,7 +26,7 @@ class AsyncCall;
 // blocks on a slow agent (writes are queued per stream).
 class MasterService {
  public:
-  explicit MasterService(Master* master) : master_(master) {}
+  explicit MasterService(ControlPlane* master) : master_(master) {}
   ~MasterService();
 
   // Before the server is built: registers the methods and makes the completion queue.
@@ -38,7 +37,7 @@ class MasterService {
   void Stop();
 
   // ---- for the calls (on the service's thread, or Send/Close from any thread)
-  Master* master() const { return master_; }
+  ControlPlane* master() const { return master_; }
   v1::Master::AsyncService* service() { return &service_; }
   grpc::ServerCompletionQueue* queue() { return queue_.get(); }
   bool Authorized(const grpc::ServerContextBase* context) const;
@@ -54,7 +53,7 @@ class MasterService {
  private:
   void Serve();
 
-  Master* master_;  // outlives the service
+  ControlPlane* master_;  // outlives the service
   v1::Master::AsyncService service_;
   std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::thread thread_;
