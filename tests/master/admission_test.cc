@@ -86,7 +86,7 @@ roles:
     instances: 2
     command: ["/bin/true"]
 )",
-                                 "job.yaml", "/tmp");
+                                 "job.yaml", "/tmp", /*sections=*/{});
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }

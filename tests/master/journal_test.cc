@@ -24,7 +24,7 @@ namespace {
 using ::testing::ElementsAre;
 
 spec::JobSpec ParseSpec(const std::string& yaml) {
-  auto spec = spec::ParseJobSpec(yaml, "job.yaml", "/tmp");
+  auto spec = spec::ParseJobSpec(yaml, "job.yaml", "/tmp", /*sections=*/{});
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
@@ -345,7 +345,7 @@ std::string Fixture(const std::string& name) {
 // grows back). Its journal loads, and the status built from the recovered state is the one
 // that master published in status.json.
 TEST(JournalCompatibilityTest, AJournalOfAf9654cLoadsToTheStatusItPublished) {
-  auto spec = spec::ParseJobSpecFile(Fixture("spec.yaml"));
+  auto spec = spec::ParseJobSpecFile(Fixture("spec.yaml"), /*sections=*/{});
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto lines = Journal::ReadAll(Fixture("events.jsonl"));
   ASSERT_TRUE(lines.ok()) << lines.status();
@@ -374,7 +374,7 @@ TEST(JournalCompatibilityTest, AJournalOfAf9654cLoadsToTheStatusItPublished) {
 // The same journal cut where a master could have died: after the elastic shrink, before the
 // group grew back.
 TEST(JournalCompatibilityTest, AJournalOfAf9654cCutMidRunLoads) {
-  auto spec = spec::ParseJobSpecFile(Fixture("spec.yaml"));
+  auto spec = spec::ParseJobSpecFile(Fixture("spec.yaml"), /*sections=*/{});
   ASSERT_TRUE(spec.ok()) << spec.status();
   auto lines = Journal::ReadAll(Fixture("events.jsonl"));
   ASSERT_TRUE(lines.ok());

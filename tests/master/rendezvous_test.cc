@@ -49,7 +49,7 @@ std::string Render(const frameworks::ClusterPlan& plan) {
 }
 
 spec::JobSpec Parse(const std::string& yaml) {
-  auto spec = spec::ParseJobSpec(yaml, "job.yaml", "/tmp");
+  auto spec = spec::ParseJobSpec(yaml, "job.yaml", "/tmp", /*sections=*/{});
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }

@@ -21,7 +21,7 @@ roles:
     on_failure: restart-task
     command: ["/bin/true"]
 )",
-                                 "job.yaml", "/tmp");
+                                 "job.yaml", "/tmp", /*sections=*/{});
   EXPECT_TRUE(spec.ok()) << spec.status();
   return *spec;
 }
