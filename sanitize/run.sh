@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The test suite again, under the sanitizers, each in a build folder of its own beside the
+# normal one (docs/design/0011-sanitizers.md says what runs, why, and what it costs):
+#   sanitize/run.sh asan   gcc's AddressSanitizer + UndefinedBehaviorSanitizer: builds every
+#                          target in <build>-asan and runs that folder's whole ctest suite (unit,
+#                          end-to-end, SDK), less the tests that are no program of ours to check
+#   sanitize/run.sh tsan   gcc's ThreadSanitizer: builds the unit tests of master, agent and
+#                          serve in <build>-tsan and runs each binary
+# Environment: SANITIZE_BUILD_DIR (default build-asan / build-tsan), SANITIZE_JOBS (ninja and
+# ctest, default 2), SANITIZE_TESTS (tsan: the test binaries; asan: a ctest -R regex).
+# Every sanitizer report of every process (daemons started by end-to-end tests included) goes
+# to a file under <build>/sanitizer-reports; any such file fails the run, and is printed.
+# The last line of output is "sanitize <mode>: N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+mode=${1:-}
+jobs=${SANITIZE_JOBS:-2}
+case "$mode" in
+  asan)
+    build=${SANITIZE_BUILD_DIR:-build-asan}
+    sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+    ;;
+  tsan)
+    build=${SANITIZE_BUILD_DIR:-build-tsan}
+    sanitizers="-fsanitize=thread"
+    ;;
+  *)
+    echo "usage: sanitize/run.sh asan|tsan" >&2
+    exit 2
+    ;;
+esac
+say() { echo "sanitize $mode: $*"; }
+fail_early() {
+  say "$1"
+  say "0 passed, 1 failed"
+  exit 1
+}
+
+# -O1 and line tables only (-g1): a report names file and line, and the tree builds in about
+# half the time of RelWithDebInfo's -O2 -g (0011 gives the figures). NDEBUG as in the build
+# that CI tests, so both run the same code.
+launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+start=$SECONDS
+mkdir -p "$build"
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    "-DCMAKE_CXX_FLAGS=$sanitizers -fno-omit-frame-pointer" \
+    "-DCMAKE_C_FLAGS=$sanitizers -fno-omit-frame-pointer" \
+    "-DCMAKE_EXE_LINKER_FLAGS=$sanitizers" "-DCMAKE_SHARED_LINKER_FLAGS=$sanitizers" \
+    "-DCMAKE_MODULE_LINKER_FLAGS=$sanitizers" >"$build/configure.log" 2>&1 || {
+    cat "$build/configure.log" >&2
+    rm -f "$build/build.ninja"
+    fail_early "configuring $build failed"
+  }
+fi
+
+if [ "$mode" = asan ]; then
+  targets=(all)
+else
+  # The C++ unit tests of master, agent and serve: the modules with threads of their own.
+  read -r -a targets <<<"${SANITIZE_TESTS:-master_test master_service_test shard_table_test
+    process_supervisor_test progress_board_test log_batcher_test free_ports_test
+    task_directories_test task_environment_test serve_test}"
+fi
+ninja -C "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 || {
+  grep -E "error|FAILED" "$build/build.log" | head -40
+  fail_early "building in $build failed ($build/build.log)"
+}
+say "built ${targets[*]} in $build in $((SECONDS - start)) s"
+
+reports=$(realpath "$build")/sanitizer-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+suppressions=$repo/sanitize
+# log_path: every process's report lands in a file, so a daemon's finding is seen even when
+# its test passes or its stderr goes nowhere; log_exe_name names the file after the program.
+common="log_path=$reports/report:log_exe_name=1"
+export ASAN_OPTIONS="$common:detect_leaks=1"
+export LSAN_OPTIONS="suppressions=$suppressions/lsan.supp"
+export UBSAN_OPTIONS="$common:print_stacktrace=1:suppressions=$suppressions/ubsan.supp"
+export TSAN_OPTIONS="$common:second_deadlock_stack=1:suppressions=$suppressions/tsan.supp"
+
+run_start=$SECONDS
+passed=0
+failed=0
+if [ "$mode" = asan ]; then
+  # Left out, as no program of ours runs in them: the fuzz targets (their own ASan build) and
+  # these sanitizer tests themselves; the thread-safety check (clang reading the sources).
+  exclude='^(fuzz_targets|sanitize_.*|thread_safety_.*)$'
+  filter=()
+  [ -n "${SANITIZE_TESTS:-}" ] && filter=(-R "$SANITIZE_TESTS")
+  listed=$(ctest --test-dir "$build" -N -E "$exclude" "${filter[@]}" | sed -n 's/^Total Tests: //p')
+  say "running $listed tests of $build (all but: fuzz_targets, sanitize_*, thread_safety_*)"
+  # ctest's summary of failed tests is its own output's end; keep it whole.
+  if ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$exclude" "${filter[@]}" \
+       >"$build/ctest.log" 2>&1; then
+    passed=$listed
+  fi
+  grep -E "^ *[0-9]+/[0-9]+ Test +#" "$build/ctest.log" | grep -v " Passed " | head -40
+  sed -n '/tests passed, /,$p' "$build/ctest.log"
+  ran_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed.*/\1/p' "$build/ctest.log")
+  failed=${ran_failed:-1}
+  passed=$((listed - failed))
+else
+  for test in "${targets[@]}"; do
+    binary=$(find "$build/tests" -type f -name "$test" -perm -u+x | head -1)
+    log=$build/sanitize-logs/$test.log
+    mkdir -p "$(dirname "$log")"
+    t0=$SECONDS
+    if [ -n "$binary" ] && "$binary" >"$log" 2>&1; then
+      passed=$((passed + 1))
+      say "$test passed ($((SECONDS - t0)) s, $(grep -c '^\[       OK \]' "$log") tests)"
+    else
+      failed=$((failed + 1))
+      say "$test FAILED ($((SECONDS - t0)) s); $log:"
+      grep -E "^\[  FAILED  \]|WARNING: ThreadSanitizer|SUMMARY" "$log" | head -20
+    fi
+  done
+fi
+
+# A report fails the run even when the test that caused it passed (a daemon, a child).
+found=$(find "$reports" -type f | sort)
+if [ -n "$found" ]; then
+  say "sanitizer reports ($(echo "$found" | wc -l) files in $reports):"
+  for f in $found; do
+    echo "==== $f"
+    head -n 60 "$f"
+  done
+  [ "$failed" -gt 0 ] || failed=1
+fi
+say "ran in $((SECONDS - run_start)) s; $((SECONDS - start)) s in all"
+say "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
