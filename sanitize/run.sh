@@ -40,6 +40,28 @@ fail_early() {
 # -O1 and line tables only (-g1): a report names file and line, and the tree builds in about
 # half the time of RelWithDebInfo's -O2 -g (0011 gives the figures). NDEBUG as in the build
 # that CI tests, so both run the same code.
+tsan_args=()
+if [ "$mode" = tsan ]; then
+  # abseil's locks, told to TSan (sanitize/tsan_absl_sync.cc): the linker sends every call of
+  # these functions from Shoal's objects to the wrappers, which an archive at the end of each
+  # link line provides (an archive, so that CMake's own test programs, which call none of them,
+  # link without it). abseil is linked as a shared library here, where the wrappers' calls of
+  # the real functions resolve wherever they stand on the line.
+  mkdir -p "$build"
+  wrapper=$(realpath "$build")/libtsan_absl_sync.a
+  if [ ! -f "$wrapper" ] || [ sanitize/tsan_absl_sync.cc -nt "$wrapper" ]; then
+    g++ -std=c++20 -O1 -g1 -fsanitize=thread -c sanitize/tsan_absl_sync.cc \
+        -o "$build/tsan_absl_sync.o" && rm -f "$wrapper" && ar rcs "$wrapper" "$build/tsan_absl_sync.o" ||
+      fail_early "compiling sanitize/tsan_absl_sync.cc failed"
+  fi
+  wraps=""
+  for symbol in $(sed -n 's/^[a-z ]*__wrap_\(_Z[A-Za-z0-9_]*\)(.*/\1/p' sanitize/tsan_absl_sync.cc); do
+    wraps="$wraps -Wl,--wrap=$symbol"
+  done
+  tsan_args=(-DSHOAL_STATIC_DEPS=OFF "-DCMAKE_CXX_STANDARD_LIBRARIES=$wrapper -labsl_synchronization"
+             "-DCMAKE_EXE_LINKER_FLAGS=$sanitizers$wraps")
+fi
+
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -52,7 +74,7 @@ if [ ! -f "$build/build.ninja" ]; then
     "-DCMAKE_CXX_FLAGS=$sanitizers -fno-omit-frame-pointer" \
     "-DCMAKE_C_FLAGS=$sanitizers -fno-omit-frame-pointer" \
     "-DCMAKE_EXE_LINKER_FLAGS=$sanitizers" "-DCMAKE_SHARED_LINKER_FLAGS=$sanitizers" \
-    "-DCMAKE_MODULE_LINKER_FLAGS=$sanitizers" >"$build/configure.log" 2>&1 || {
+    "-DCMAKE_MODULE_LINKER_FLAGS=$sanitizers" "${tsan_args[@]}" >"$build/configure.log" 2>&1 || {
     cat "$build/configure.log" >&2
     rm -f "$build/build.ninja"
     fail_early "configuring $build failed"
