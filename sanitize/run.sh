@@ -37,9 +37,6 @@ fail_early() {
   exit 1
 }
 
-# -O1 and line tables only (-g1): a report names file and line, and the tree builds in about
-# half the time of RelWithDebInfo's -O2 -g (0011 gives the figures). NDEBUG as in the build
-# that CI tests, so both run the same code.
 tsan_args=()
 if [ "$mode" = tsan ]; then
   # abseil's locks, told to TSan (sanitize/tsan_absl_sync.cc): the linker sends every call of
@@ -62,6 +59,8 @@ if [ "$mode" = tsan ]; then
              "-DCMAKE_EXE_LINKER_FLAGS=$sanitizers$wraps")
 fi
 
+# -O1 and line tables only (-g1): a report names file and line, and the tree builds faster
+# than with RelWithDebInfo's -O2 -g. NDEBUG as in the build CI tests, so both run the same code.
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
@@ -114,15 +113,22 @@ if [ "$mode" = asan ]; then
   # Left out, as no program of ours runs in them: the fuzz targets (their own ASan build) and
   # these sanitizer tests themselves; the thread-safety check (clang reading the sources).
   exclude='^(fuzz_targets|sanitize_.*|thread_safety_.*)$'
+  # Three end-to-end tests bound a process's resident memory; ASan's shadow, redzones and
+  # quarantine multiply it by design (a master of 448 MiB against a bound of 80), so they are
+  # left out here and run only in the plain build. pytest reads PYTEST_ADDOPTS in every test file.
+  rss_tests=(test_memory_returns_after_a_load_of_large_grpc_calls
+             test_memory_stays_flat_across_200_load_unload_cycles
+             test_a_stopped_client_loses_nothing_and_the_master_stays_small)
+  deselect=$(printf ' and not %s' "${rss_tests[@]}")
+  export PYTEST_ADDOPTS="-k '${deselect# and }'"
+  say "left out of the end-to-end files (they bound resident memory): ${rss_tests[*]}"
   filter=()
   [ -n "${SANITIZE_TESTS:-}" ] && filter=(-R "$SANITIZE_TESTS")
   listed=$(ctest --test-dir "$build" -N -E "$exclude" "${filter[@]}" | sed -n 's/^Total Tests: //p')
   say "running $listed tests of $build (all but: fuzz_targets, sanitize_*, thread_safety_*)"
   # ctest's summary of failed tests is its own output's end; keep it whole.
-  if ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$exclude" "${filter[@]}" \
-       >"$build/ctest.log" 2>&1; then
-    passed=$listed
-  fi
+  ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$exclude" "${filter[@]}" \
+    >"$build/ctest.log" 2>&1
   grep -E "^ *[0-9]+/[0-9]+ Test +#" "$build/ctest.log" | grep -v " Passed " | head -40
   sed -n '/tests passed, /,$p' "$build/ctest.log"
   ran_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed.*/\1/p' "$build/ctest.log")
