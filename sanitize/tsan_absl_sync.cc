@@ -25,11 +25,11 @@ void __real__ZN4absl7debian35Mutex10ReaderLockEv(Mutex* mu);
 void __real__ZN4absl7debian35Mutex12ReaderUnlockEv(Mutex* mu);
 void __real__ZN4absl7debian37CondVar4WaitEPNS0_5MutexE(CondVar* cv, Mutex* mu);
 bool __real__ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(CondVar* cv,
-                                                                               Mutex* mu,
-                                                                               Duration timeout);
+                                                                                 Mutex* mu,
+                                                                                 Duration timeout);
 bool __real__ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE(CondVar* cv,
-                                                                             Mutex* mu,
-                                                                             Time deadline);
+                                                                              Mutex* mu,
+                                                                              Time deadline);
 void __real__ZN4absl7debian312Notification6NotifyEv(Notification* n);
 void __real__ZNK4absl7debian312Notification19WaitForNotificationEv(const Notification* n);
 bool __real__ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE(
@@ -72,8 +72,9 @@ void __wrap__ZN4absl7debian37CondVar4WaitEPNS0_5MutexE(CondVar* cv, Mutex* mu) {
   __tsan_mutex_pre_lock(mu, 0);
   __tsan_mutex_post_lock(mu, 0, 0);
 }
-bool __wrap__ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(
-    CondVar* cv, Mutex* mu, Duration timeout) {
+bool __wrap__ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE(CondVar* cv,
+                                                                                 Mutex* mu,
+                                                                                 Duration timeout) {
   __tsan_mutex_pre_unlock(mu, 0);
   __tsan_mutex_post_unlock(mu, 0);
   bool timed_out =
@@ -83,8 +84,8 @@ bool __wrap__ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE
   return timed_out;
 }
 bool __wrap__ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE(CondVar* cv,
-                                                                             Mutex* mu,
-                                                                             Time deadline) {
+                                                                              Mutex* mu,
+                                                                              Time deadline) {
   __tsan_mutex_pre_unlock(mu, 0);
   __tsan_mutex_post_unlock(mu, 0);
   bool timed_out =
@@ -114,8 +115,8 @@ bool __wrap__ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_
 bool __wrap__ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE(
     const Notification* n, Time deadline) {
   bool notified =
-      __real__ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE(
-          n, deadline);
+      __real__ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE(n,
+                                                                                         deadline);
   if (notified) __tsan_acquire(const_cast<Notification*>(n));
   return notified;
 }
