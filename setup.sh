@@ -11,7 +11,8 @@ repo=$(pwd)
 # tests/thread_safety), the demo's Python stack, benchmark anchors,
 # Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh), and Java with
 # Maven (the YARN backend's test cluster, tests/yarn/cluster.sh), and clang with its libFuzzer
-# and sanitizer runtimes (the fuzz targets, fuzz/run.sh).
+# and sanitizer runtimes (the fuzz targets, fuzz/run.sh), and ccache (the sanitizer and fuzz
+# builds, sanitize/run.sh).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -25,7 +26,7 @@ packages=(
   python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev ccache
 )
 
 sudo_cmd=()
