@@ -88,9 +88,9 @@ else
   # channel. Debian's gRPC is not built with TSan, and the hand-overs inside it (its completion
   # queues, its own locks and atomics) are invisible, so every message crossing it is reported
   # as a race, some 600 per run, none of them in Shoal's code (0011).
-  targets=(master_test shard_table_test process_supervisor_test
-           progress_board_test log_batcher_test free_ports_test task_directories_test
-           task_environment_test serve_test)
+  targets=(master_test journal_test shard_table_test process_supervisor_test
+           process_launcher_test supervisor_fake_os_test progress_board_test log_batcher_test
+           free_ports_test task_directories_test task_environment_test serve_test)
   [ -z "${SANITIZE_TESTS:-}" ] || read -r -a targets <<<"$SANITIZE_TESTS"
 fi
 ninja -C "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 || {
