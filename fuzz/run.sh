@@ -28,6 +28,8 @@ if [ -z "$cxx" ] || [ -z "$cc" ]; then
   exit 1
 fi
 
+# shellcheck source=../tools/ccache_env.sh
+. tools/ccache_env.sh
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)

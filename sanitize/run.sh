@@ -61,6 +61,8 @@ fi
 
 # -O1 and line tables only (-g1): a report names file and line, and the tree builds faster
 # than with RelWithDebInfo's -O2 -g. NDEBUG as in the build CI tests, so both run the same code.
+# shellcheck source=../tools/ccache_env.sh
+. tools/ccache_env.sh
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
