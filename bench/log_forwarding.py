@@ -3,7 +3,7 @@
 
 A job of --tasks tasks, each printing --rate flushed lines a second for --seconds, runs under
 `shoal run` in two modes, alternating which goes first every round:
-  batched   the agent's default: output held up to SHOAL_AGENT_LOG_FLUSH_MS (100 ms) and sent
+  batched   the agent's default: output held up to SHOAL_AGENT_LOG_FLUSH_MS (250 ms) and sent
             as one chunk per task stream
   per_read  SHOAL_AGENT_LOG_FLUSH_MS=0: every read of a task's pipe is one message to the
             master and on to the client (how Shoal forwarded output before batching)

@@ -13,8 +13,8 @@ generated job:
 The training window is read from the job's own output as the client prints it: from rank 0's
 `epoch 1/E` line (the first epoch is train.py's warmup too) to its `epoch E/E` line, i.e. the
 steps train.py averages its mean_step_ms over. The lines reach the client up to the agent's
-output batching (SHOAL_AGENT_LOG_FLUSH_MS, 100 ms) late, alike at both ends, so the window's
-length is known to about 0.1 s: 0.5 % of the ~20 s windows of the defaults (a run whose window
+output batching (SHOAL_AGENT_LOG_FLUSH_MS, 250 ms) late, alike at both ends, so the window's
+length is known to about 0.25 s: ~1 % of the ~20 s windows of the defaults (a run whose window
 is under 5 s says so in `warning`). At each end the driver reads
 /proc/<pid>/stat of every process of the job once (nothing is sampled in between, so nothing
 is perturbed but by the driver's own reading of the client's output, which someone always
@@ -338,7 +338,7 @@ def run_once(shoal, python, workers, epochs, tmp, timeout):
         "task_exited_in_window": exited,
     }
     if window_s < MIN_WINDOW_S:
-        out["warning"] = (f"a window of {window_s:.2f} s: its ends are known to ~0.1 s (output "
+        out["warning"] = (f"a window of {window_s:.2f} s: its ends are known to ~0.25 s (output "
                           f"batching), more --epochs make it longer")
     return out
 

@@ -200,17 +200,23 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
       std::move(sdk_callbacks));
   if (!sdk.ok()) return sdk.status();
   agent->sdk_ = std::move(*sdk);
+  // A flush's chunks gather in one message, sent at its end: the batcher calls both lambdas
+  // from one thread at a time, so the message needs no lock of its own.
+  auto batch = std::make_shared<v1::AgentMessage>();
   agent->log_batcher_ = std::make_unique<LogBatcher>(
       agent->options_.log_flush_window, kMaxHeldOutputBytes,
-      [self](const std::string& key, OutputStream stream, std::string data) {
-        v1::AgentMessage m;
+      [batch](const std::string& key, OutputStream stream, std::string data) {
+        v1::LogChunk* chunk = batch->mutable_logs()->add_chunks();
         auto [role, index] = SplitKey(key);
-        m.mutable_log()->mutable_task()->set_role(role);
-        m.mutable_log()->mutable_task()->set_index(index);
-        m.mutable_log()->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
-                                                                    : v1::LogChunk::STREAM_STDOUT);
-        m.mutable_log()->set_data(std::move(data));
-        self->Send(m);
+        chunk->mutable_task()->set_role(role);
+        chunk->mutable_task()->set_index(index);
+        chunk->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
+                                                          : v1::LogChunk::STREAM_STDOUT);
+        chunk->set_data(std::move(data));
+      },
+      [self, batch] {
+        self->Send(*batch);
+        batch->Clear();
       });
   callbacks.on_output = [self](const std::string& key, OutputStream stream, std::string_view data) {
     self->log_batcher_->Add(key, stream, data);

@@ -4,8 +4,12 @@
 
 namespace shoal::agent {
 
-LogBatcher::LogBatcher(std::chrono::milliseconds window, size_t max_pending_bytes, Sink sink)
-    : window_(window), max_pending_bytes_(max_pending_bytes), sink_(std::move(sink)) {
+LogBatcher::LogBatcher(std::chrono::milliseconds window, size_t max_pending_bytes, Sink sink,
+                       BatchEnd batch_end)
+    : window_(window),
+      max_pending_bytes_(max_pending_bytes),
+      sink_(std::move(sink)),
+      batch_end_(std::move(batch_end)) {
   if (window_.count() > 0) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -24,6 +28,7 @@ void LogBatcher::Add(const std::string& key, OutputStream stream, std::string_vi
   if (window_.count() <= 0) {
     std::lock_guard<std::mutex> send(send_mu_);
     sink_(key, stream, std::string(data));
+    if (batch_end_) batch_end_();
     return;
   }
   bool over = false;
@@ -59,7 +64,9 @@ void LogBatcher::Flush() {
     batch.swap(pending_);
     pending_bytes_ = 0;
   }
+  if (batch.empty()) return;
   for (auto& p : batch) sink_(p.key, p.stream, std::move(p.data));
+  if (batch_end_) batch_end_();
 }
 
 void LogBatcher::Loop() {

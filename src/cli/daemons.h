@@ -29,7 +29,7 @@ struct AgentFlags {
   // CUDA_VISIBLE_DEVICES, none when it is unset.
   bool gpus_from_env = false;
   uint32_t watchdog_ms = 0;   // 0: no watchdog
-  uint32_t log_flush_ms = 100;  // how long task output is held before it goes to the master
+  uint32_t log_flush_ms = 250;  // how long task output is held before it goes to the master
   std::string shoal_binary;   // for the watchdog
 };
 // `shoal agent ...`: one node's agent, started by a backend.

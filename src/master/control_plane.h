@@ -14,6 +14,7 @@
 
 namespace shoal::v1 {
 class AgentMessage;
+class LogChunk;
 class MasterMessage;
 class JobStatus;
 }  // namespace shoal::v1

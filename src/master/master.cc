@@ -276,15 +276,12 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
       case v1::AgentMessage::kTaskExited:
         OnTaskExited(message);
         break;
-      case v1::AgentMessage::kLog: {
-        const auto& m = message.log();
-        TaskRecord* rec = job_.tasks.Find(m.task().role(), m.task().index());
-        if (rec == nullptr) break;
-        // Watchers read the lines from logs.txt once the batch's flush commits them.
-        publisher_->logs().Append(rec->Key(), absl::StrCat(rec->role, "-", rec->index),
-                                  m.stream() == v1::LogChunk::STREAM_STDERR, m.data());
+      case v1::AgentMessage::kLog:
+        OnLogChunk(message.log());
         break;
-      }
+      case v1::AgentMessage::kLogs:
+        for (const v1::LogChunk& chunk : message.logs().chunks()) OnLogChunk(chunk);
+        break;
       case v1::AgentMessage::kLeaving:
         session->leaving = message.leaving();
         Record(AgentLeaving{session->node, session->leaving});

@@ -122,6 +122,8 @@ class Master : public ControlPlane,
 
   // ---- task facts and places (master.cc)
   void OnTaskStarted(const v1::AgentMessage& message);
+  // A chunk of a task's output, from a LogChunk or a LogBatch.
+  void OnLogChunk(const v1::LogChunk& chunk);
   void OnTaskExited(const v1::AgentMessage& message, bool settled = false);
   void OnTaskStalled(const v1::AgentMessage& message);
   void DrainProgress();

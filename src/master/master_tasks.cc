@@ -143,4 +143,12 @@ void Master::StopTask(TaskRecord& task, std::chrono::milliseconds grace,
   agents_.Send(*s, msg);
 }
 
+void Master::OnLogChunk(const v1::LogChunk& chunk) {
+  TaskRecord* rec = job_.tasks.Find(chunk.task().role(), chunk.task().index());
+  if (rec == nullptr) return;
+  // Watchers read the lines from logs.txt once the batch's flush commits them.
+  publisher_->logs().Append(rec->Key(), absl::StrCat(rec->role, "-", rec->index),
+                            chunk.stream() == v1::LogChunk::STREAM_STDERR, chunk.data());
+}
+
 }  // namespace shoal::master

@@ -72,6 +72,41 @@ TEST(LogBatcherTest, AWindowsLinesGoOutAsOneChunkPerTaskStreamOnFlush) {
   EXPECT_EQ(recorder.sent().size(), 3u);
 }
 
+// The agent sends a flush's chunks, of every task, as one message: batch_end marks where a
+// flush ends, once per flush that had output, after its last chunk.
+TEST(LogBatcherTest, EachFlushWithOutputEndsWithOneBatchEnd) {
+  std::vector<std::string> events;  // the sink and batch_end run under the batcher's send lock
+  LogBatcher batcher(
+      kLongerThanAnyTest, 1 << 20,
+      [&](const std::string& key, OutputStream, std::string data) {
+        events.push_back(key + " " + data);
+      },
+      [&] { events.push_back("end"); });
+  batcher.Add("worker:0", kOut, "a\n");
+  batcher.Add("worker:1", kOut, "b\n");
+  batcher.Add("worker:2", kErr, "c\n");
+  batcher.Flush();
+  batcher.Flush();  // nothing held: no batch, no end
+  batcher.Add("worker:1", kOut, "d\n");
+  batcher.Flush();
+  EXPECT_EQ(events, (std::vector<std::string>{"worker:0 a\n", "worker:1 b\n", "worker:2 c\n",
+                                              "end", "worker:1 d\n", "end"}));
+}
+
+TEST(LogBatcherTest, WithoutAWindowEachAddIsABatchOfItsOwn) {
+  std::vector<std::string> events;
+  LogBatcher batcher(
+      milliseconds(0), 1 << 20,
+      [&](const std::string& key, OutputStream, std::string data) {
+        events.push_back(key + " " + data);
+      },
+      [&] { events.push_back("end"); });
+  batcher.Add("worker:0", kOut, "a\n");
+  batcher.Add("worker:1", kOut, "b\n");
+  EXPECT_EQ(events,
+            (std::vector<std::string>{"worker:0 a\n", "end", "worker:1 b\n", "end"}));
+}
+
 TEST(LogBatcherTest, TheWindowEndingSendsWithoutAFlush) {
   Recorder recorder;
   LogBatcher batcher(milliseconds(20), 1 << 20, recorder.Sink());
