@@ -55,6 +55,12 @@ def test_an_unknown_command_is_named(run_shoal):
      "--account: must be a Slurm name (letters, digits, -_.,:=), got 'a\"b'"),
     (["--backend", "yarn", "--yarn-rm", "http://127.0.0.1:1", "--queue", "a;b"],
      "--queue: must be a YARN queue name (letters, digits, -_.), e.g. root.ml, got 'a;b'"),
+    # Before the cluster is looked for: no --listen (Slurm's controller is not asked), no
+    # ResourceManager named at all.
+    (["--backend", "slurm", "--partition", 'a"b'],
+     "--partition: must be a Slurm name (letters, digits, -_.,:=), got 'a\"b'"),
+    (["--backend", "yarn", "--queue", "ml/prod"],
+     "--queue: must be a YARN queue name (letters, digits, -_.), e.g. root.ml, got 'ml/prod'"),
 ])
 def test_a_bad_backend_flag_is_named_alone_before_anything_starts(flags, message, run_shoal,
                                                                    write_job, jobs_dir):

@@ -94,6 +94,11 @@ absl::StatusOr<nlohmann::json> SlurmFlagSettings(const std::map<std::string, std
 
 absl::StatusOr<Preflight> SlurmProvider::Check(const PreflightRequest& request) const {
   Preflight out;
+  // Checked first, before anything exists, with the job file's own rules: a mistyped flag is
+  // named as such, also on a machine that cannot reach Slurm at all.
+  absl::StatusOr<nlohmann::json> settings = SlurmFlagSettings(request.flags);
+  if (!settings.ok()) return settings.status();
+  out.settings = *std::move(settings);
   out.listen_host = request.listen_host;
   if (out.listen_host.empty()) {
     // Where agents on the compute nodes can reach the master; asking Slurm also checks,
@@ -107,10 +112,6 @@ absl::StatusOr<Preflight> SlurmProvider::Check(const PreflightRequest& request) 
     }
     out.listen_host = *address;
   }
-  // Checked here, before anything exists, with the job file's own rules.
-  absl::StatusOr<nlohmann::json> settings = SlurmFlagSettings(request.flags);
-  if (!settings.ok()) return settings.status();
-  out.settings = *std::move(settings);
   std::string partition =
       out.settings.value("partition", SlurmConfigOf(*request.job).partition);
   if (auto st = CheckComponentsFitPartition(*request.job, partition); !st.ok()) {

@@ -48,6 +48,9 @@ absl::StatusOr<YarnRequest> YarnFlagRequest(const spec::JobSpec& job,
 absl::StatusOr<Preflight> YarnProvider::Check(const PreflightRequest& request) const {
   // Everything the master needs is resolved here, before anything exists, and recorded in
   // submit.json: a wrong address, flag or missing jar changes nothing.
+  // The flags' own rules first: a mistyped flag is named as such, whatever else is missing.
+  absl::StatusOr<YarnRequest> yarn_request = YarnFlagRequest(*request.job, request.flags);
+  if (!yarn_request.ok()) return yarn_request.status();
   std::string rm;
   if (auto it = request.flags.find("--yarn-rm"); it != request.flags.end()) rm = it->second;
   if (rm.empty()) {
@@ -64,8 +67,6 @@ absl::StatusOr<Preflight> YarnProvider::Check(const PreflightRequest& request) c
     return absl::InvalidArgumentError(
         absl::StrCat("invalid flag: --yarn-rm: ", rm_web.status().message()));
   }
-  absl::StatusOr<YarnRequest> yarn_request = YarnFlagRequest(*request.job, request.flags);
-  if (!yarn_request.ok()) return yarn_request.status();
   absl::StatusOr<std::string> am_jar = FindYarnAmJar();
   if (!am_jar.ok()) return am_jar.status();
   if (auto st = YarnBackend::CheckResourceManager(*rm_web); !st.ok()) {
