@@ -80,21 +80,15 @@ absl::StatusOr<std::unique_ptr<AgentWatchdog>> AgentWatchdog::Start(
   spec.argv = {shoal_binary, "agent-watchdog", std::to_string(::getpid()),
                std::to_string(limit.count())};
   spec.env = InheritedEnvironment({});
-  absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
-  absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
-  if (!plan.ok()) {
-    child = plan.status();
-  } else {
-    process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the agent's
-    setup.stdout_fd = STDOUT_FILENO;
-    setup.stderr_fd = STDERR_FILENO;
-    setup.extra_fds[kWatchdogFd] = fds[0];
-    // Its own process group: a signal to the agent's group (Ctrl-C) must not take it along
-    // before the agent has gone. It outlives the agent on purpose: it is what kills a hung one.
-    setup.grouping = process::Grouping::kNewProcessGroup;
-    setup.die_with_parent = false;
-    child = process::SystemLauncher().Launch(*plan, setup);
-  }
+  process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the agent's
+  setup.stdout_fd = STDOUT_FILENO;
+  setup.stderr_fd = STDERR_FILENO;
+  setup.extra_fds[kWatchdogFd] = fds[0];
+  // Its own process group: a signal to the agent's group (Ctrl-C) must not take it along
+  // before the agent has gone. It outlives the agent on purpose: it is what kills a hung one.
+  setup.grouping = process::Grouping::kNewProcessGroup;
+  setup.die_with_parent = false;
+  absl::StatusOr<process::LaunchedProcess> child = process::SystemLauncher().Start(spec, setup);
   ::close(fds[0]);
   if (!child.ok()) {
     ::close(fds[1]);

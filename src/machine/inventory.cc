@@ -170,8 +170,6 @@ std::optional<std::string> RunAndCapture(process::ProcessLauncher& launcher,
   spec.key = argv.front();
   spec.argv = argv;
   spec.env = InheritedEnvironment({});
-  absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
-  if (!plan.ok()) return std::nullopt;
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return std::nullopt;
   UniqueFd reader(fds[0]), writer(fds[1]);
@@ -180,7 +178,7 @@ std::optional<std::string> RunAndCapture(process::ProcessLauncher& launcher,
   setup.grouping = process::Grouping::kCallersGroup;
   setup.default_signals = std::vector<int>{};  // dispositions inherited, as with posix_spawn
   setup.die_with_parent = false;
-  absl::StatusOr<process::LaunchedProcess> child = launcher.Launch(*plan, setup);
+  absl::StatusOr<process::LaunchedProcess> child = launcher.Start(spec, setup);
   writer.Reset();
   if (!child.ok()) return std::nullopt;
 

@@ -126,19 +126,13 @@ class Worker {
     spec.key = "mpi-command";
     spec.argv = {"/bin/sh", "-c", request->command};
     spec.env = InheritedEnvironment({});
-    absl::StatusOr<process::ExecPlan> plan = process::ExecPlan::Build(spec);
-    absl::StatusOr<process::LaunchedProcess> child = absl::UnknownError("not started");
-    if (!plan.ok()) {
-      child = plan.status();
-    } else {
-      process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the worker's
-      setup.stdout_fd = STDOUT_FILENO;
-      setup.stderr_fd = STDERR_FILENO;
-      setup.grouping = process::Grouping::kNewProcessGroup;
-      setup.default_signals = std::vector<int>{SIGTERM, SIGINT, SIGPIPE};
-      setup.die_with_parent = false;
-      child = process::SystemLauncher().Launch(*plan, setup);
-    }
+    process::ChildSetup setup;  // stdin: /dev/null; stdout and stderr: the worker's
+    setup.stdout_fd = STDOUT_FILENO;
+    setup.stderr_fd = STDERR_FILENO;
+    setup.grouping = process::Grouping::kNewProcessGroup;
+    setup.default_signals = std::vector<int>{SIGTERM, SIGINT, SIGPIPE};
+    setup.die_with_parent = false;
+    absl::StatusOr<process::LaunchedProcess> child = process::SystemLauncher().Start(spec, setup);
     if (!child.ok()) {
       std::string why(child.status().message());
       Say("mpi-worker", why);

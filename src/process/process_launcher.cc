@@ -68,6 +68,13 @@ class SystemProcessLauncher final : public ProcessLauncher {
   }
 };
 
+absl::StatusOr<LaunchedProcess> ProcessLauncher::Start(const ProcessSpec& spec,
+                                                       const ChildSetup& setup) {
+  absl::StatusOr<ExecPlan> plan = ExecPlan::Build(spec);
+  if (!plan.ok()) return plan.status();
+  return Launch(*plan, setup);
+}
+
 ProcessLauncher& SystemLauncher() {
   static auto* launcher = new SystemProcessLauncher();  // never destroyed: used until exit
   return *launcher;

@@ -72,6 +72,8 @@ class ProcessLauncher {
   // a bad working directory, a cgroup that cannot be joined, EACCES...) name the command and the
   // errno text; a child that failed has been reaped by then.
   virtual absl::StatusOr<LaunchedProcess> Launch(const ExecPlan& plan, const ChildSetup& setup) = 0;
+  // Builds `spec`'s plan and launches it: what a caller that starts one program once needs.
+  absl::StatusOr<LaunchedProcess> Start(const ProcessSpec& spec, const ChildSetup& setup);
 
   // Sends `signal` to `pid`, or to the process group it leads. Errors are ignored: the process may
   // have ended meanwhile. REQUIRES: `pid` is not reaped yet (its pid could name another process).
