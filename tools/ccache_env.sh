@@ -5,7 +5,10 @@
 # CCACHE_BASEDIR makes the keys independent of where the clone lies.
 if command -v ccache >/dev/null && [ -z "${CCACHE_DIR:-}" ] &&
    ccache --show-config 2>/dev/null | grep -q '^(default) cache_dir '; then
-  export CCACHE_DIR=/var/cache/shoal/ccache
-  mkdir -p "$CCACHE_DIR" 2>/dev/null || true
+  # Only where this user may write (setup.sh makes /var/cache/shoal as root; a user without
+  # sudo keeps ccache's own default).
+  if mkdir -p /var/cache/shoal/ccache 2>/dev/null && [ -w /var/cache/shoal/ccache ]; then
+    export CCACHE_DIR=/var/cache/shoal/ccache
+  fi
 fi
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
