@@ -129,14 +129,23 @@ if [ "$mode" = asan ]; then
   deselect=$(printf ' and not %s' "${rss_tests[@]}")
   export PYTEST_ADDOPTS="-k '${deselect# and }'"
   say "left out of the end-to-end files (they bound resident memory): ${rss_tests[*]}"
+  # The chaos test's premise is timing: five kills land, each after the group re-formed, before
+  # a run of fixed length ends. Under ASan the control plane re-forms several times slower while
+  # training runs at full speed, so the run can end first (it did twice in CI). Group restarts
+  # and elastic shrinking still run under ASan: test_restart_policies.py, test_slurm.py's lost
+  # node, and the master's unit tests (restart_coordinator_test).
+  exclude='^(fuzz_targets|sanitize_.*|thread_safety_.*|e2e_chaos)$'
+  say "left out as its premise is the plain build's timing: e2e_chaos"
   filter=()
   [ -n "${SANITIZE_TESTS:-}" ] && filter=(-R "$SANITIZE_TESTS")
   listed=$(ctest --test-dir "$build" -N -E "$exclude" "${filter[@]}" | sed -n 's/^Total Tests: //p')
-  say "running $listed tests of $build (all but: fuzz_targets, sanitize_*, thread_safety_*)"
+  say "running $listed tests of $build (all but: fuzz_targets, sanitize_*, thread_safety_*, e2e_chaos)"
   # ctest's summary of failed tests is its own output's end; keep it whole.
   ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$exclude" "${filter[@]}" \
     >"$build/ctest.log" 2>&1
   grep -E "^ *[0-9]+/[0-9]+ Test +#" "$build/ctest.log" | grep -v " Passed " | head -40
+  # Why they failed, in CI's log too: gtest's and pytest's one-line summaries of each failure.
+  grep -E "^\[  FAILED  \] [A-Za-z]|^(FAILED|ERROR) tests/|^E   " "$build/ctest.log" | head -60
   sed -n '/tests passed, /,$p' "$build/ctest.log"
   ran_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed.*/\1/p' "$build/ctest.log")
   failed=${ran_failed:-1}
