@@ -316,9 +316,6 @@ void JobFileParser::ParseTop(const YAML::Node& root, JobSpec& spec) {
   if (const Entry* e = Find(entries, "heartbeat")) ParseHeartbeat(*e, spec.heartbeat);
   if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
   if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
-  for (const JobSection& section : sections_) {
-    if (const Entry* e = Find(entries, section.name)) ParseOwnedSection(*e, section, spec);
-  }
   if (const Entry* e = Find(entries, "tensorboard")) ParseTensorBoard(*e, spec.tensorboard);
   if (const Entry* e = Find(entries, "mpi")) ParseMpi(*e, spec);
   framework_ = spec.framework;
@@ -342,6 +339,11 @@ void JobFileParser::ParseTop(const YAML::Node& root, JobSpec& spec) {
       spec.roles.push_back(ParseRole(r, site));
       sites.push_back(std::move(site));
     }
+  }
+  // After the roles: a section's per-role settings may name only roles the file defines. Every
+  // problem is sorted by line in the end, so the order of parsing changes no message.
+  for (const JobSection& section : sections_) {
+    if (const Entry* e = Find(entries, section.name)) ParseOwnedSection(*e, section, spec);
   }
 
   bool mpi = spec.framework == Framework::kMpi && roles_entry != nullptr;

@@ -49,6 +49,22 @@ class SectionReader {
   virtual std::string Describe(absl::string_view key) const = 0;
   // Reports `message` about `key` at the key's line: "file:line: <section>.<key>: <message>".
   virtual void Error(absl::string_view key, absl::string_view message) = 0;
+
+  // Nested values (a backend's per-role settings, labels, a list of volumes), read with the
+  // same rules; their messages name the whole path, e.g. `kubernetes.volumes[1].mount_path`.
+  // A reader returned here lives no longer than the reader that returned it.
+  //
+  // The map's keys as written, in order (after merges); empty before ExpectMap.
+  virtual std::vector<std::string> Keys() const = 0;
+  // A reader for `key`'s value (call ExpectMap on it), or nullptr when the key is absent.
+  virtual std::unique_ptr<SectionReader> Nested(absl::string_view key) = 0;
+  // Readers for the items of the list under `key` (call ExpectMap on each), named `key[i]`;
+  // empty when the key is absent, or (reported) not a list: "must be a list of <form>, got ...".
+  virtual std::vector<std::unique_ptr<SectionReader>> Items(absl::string_view key,
+                                                            absl::string_view form) = 0;
+  // The roles the job file defines, in written order: a section's per-role settings may
+  // only name those.
+  virtual std::vector<std::string> RoleNames() const = 0;
 };
 
 // How one section is read: its top-level key and a function that builds the typed value from

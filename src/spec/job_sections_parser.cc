@@ -1,6 +1,7 @@
 // JobFileParser: the job's optional sections: checkpoint, dataset, tensorboard, mpi (with the
 // roles framework: mpi requires), and the sections read for their owners (JobSections).
 #include <algorithm>
+#include <deque>
 
 #include "spec/job_file_parser.h"
 
@@ -264,24 +265,27 @@ void JobFileParser::ParseShards(const Entry& e, const std::string& key, DatasetC
 
 class JobFileParser::OwnedSectionReader final : public SectionReader {
  public:
-  OwnedSectionReader(JobFileParser& parser, const Entry& section)
-      : parser_(parser), section_(section) {}
+  // `path` names the value in messages: the section's key, or a path inside it
+  // (`kubernetes.roles.worker`, `kubernetes.volumes[0]`).
+  OwnedSectionReader(JobFileParser& parser, const Entry& section, std::string path,
+                     const std::vector<std::string>& role_names)
+      : parser_(parser), section_(section), path_(std::move(path)), role_names_(role_names) {}
 
-  const std::string& name() const override { return section_.key; }
+  const std::string& name() const override { return path_; }
 
   bool ExpectMap(absl::string_view form) override {
     if (!section_.value.IsMap()) {
       parser_.Error(
-          section_.line, section_.key,
+          section_.line, path_,
           absl::StrCat("must be a map with ", form, ", got ", spec::Describe(section_.value)));
       return false;
     }
-    entries_ = parser_.Entries(section_, section_.key, false);
+    entries_ = parser_.Entries(section_, path_, false);
     return true;
   }
 
   void AcceptKeys(absl::Span<const absl::string_view> accepted) override {
-    parser_.CheckKnownKeys(entries_, section_.key, accepted);
+    parser_.CheckKnownKeys(entries_, path_, accepted);
   }
 
   bool Has(absl::string_view key) const override { return Find(entries_, key) != nullptr; }
@@ -289,13 +293,13 @@ class JobFileParser::OwnedSectionReader final : public SectionReader {
   std::optional<std::string> Text(absl::string_view key, absl::string_view expected) override {
     const Entry* e = Find(entries_, key);
     if (e == nullptr) return std::nullopt;
-    return parser_.Scalar(*e, JoinKey(section_.key, key), expected);
+    return parser_.Scalar(*e, JoinKey(path_, key), expected);
   }
 
   std::optional<std::chrono::milliseconds> Duration(absl::string_view key) override {
     const Entry* e = Find(entries_, key);
     if (e == nullptr) return std::nullopt;
-    return parser_.Duration(*e, JoinKey(section_.key, key));
+    return parser_.Duration(*e, JoinKey(path_, key));
   }
 
   std::string Describe(absl::string_view key) const override {
@@ -305,17 +309,58 @@ class JobFileParser::OwnedSectionReader final : public SectionReader {
 
   void Error(absl::string_view key, absl::string_view message) override {
     const Entry* e = Find(entries_, key);
-    parser_.Error(e != nullptr ? e->line : section_.line, JoinKey(section_.key, key), message);
+    parser_.Error(e != nullptr ? e->line : section_.line, JoinKey(path_, key), message);
   }
+
+  std::vector<std::string> Keys() const override {
+    std::vector<std::string> keys;
+    keys.reserve(entries_.size());
+    for (const Entry& e : entries_) keys.push_back(e.key);
+    return keys;
+  }
+
+  std::unique_ptr<SectionReader> Nested(absl::string_view key) override {
+    const Entry* e = Find(entries_, key);
+    if (e == nullptr) return nullptr;
+    return std::make_unique<OwnedSectionReader>(parser_, *e, JoinKey(path_, key), role_names_);
+  }
+
+  std::vector<std::unique_ptr<SectionReader>> Items(absl::string_view key,
+                                                    absl::string_view form) override {
+    std::vector<std::unique_ptr<SectionReader>> out;
+    const Entry* e = Find(entries_, key);
+    if (e == nullptr) return out;
+    std::string path = JoinKey(path_, key);
+    if (!e->value.IsSequence()) {
+      parser_.Error(e->line, path,
+                    absl::StrCat("must be a list of ", form, ", got ", spec::Describe(e->value)));
+      return out;
+    }
+    for (size_t i = 0; i < e->value.size(); ++i) {
+      // Kept here: an item's reader refers to its Entry.
+      items_.push_back(Entry{absl::StrCat(key, "[", i, "]"), e->key_node, e->value[i],
+                             ItemLine(*e, i), e->aliased});
+      out.push_back(std::make_unique<OwnedSectionReader>(
+          parser_, items_.back(), absl::StrCat(path, "[", i, "]"), role_names_));
+    }
+    return out;
+  }
+
+  std::vector<std::string> RoleNames() const override { return role_names_; }
 
  private:
   JobFileParser& parser_;
   const Entry& section_;
+  std::string path_;
+  const std::vector<std::string>& role_names_;
   std::vector<Entry> entries_;  // the map's pairs, once ExpectMap found a map
+  std::deque<Entry> items_;     // list items handed out by Items (stable addresses)
 };
 
 void JobFileParser::ParseOwnedSection(const Entry& e, const JobSection& section, JobSpec& spec) {
-  OwnedSectionReader reader(*this, e);
+  std::vector<std::string> role_names;
+  for (const Role& role : spec.roles) role_names.push_back(role.name);
+  OwnedSectionReader reader(*this, e, e.key, role_names);
   if (std::shared_ptr<const SectionValue> value = section.parse(reader)) {
     spec.sections[section.name] = std::move(value);
   }
