@@ -33,7 +33,8 @@ size_t AppendToString(char* data, size_t size, size_t count, void* user) {
 // The error for an answer of the API server: `http_code` and, when the reply was a Kubernetes
 // Status object, its message and reason.
 absl::Status ApiError(absl::string_view what, int http_code, const nlohmann::json* status,
-                      absl::string_view raw_body, absl::string_view source) {
+                      absl::string_view raw_body, absl::string_view source,
+                      absl::string_view code_label = "HTTP") {
   std::string message;
   std::string reason;
   if (status != nullptr && status->is_object()) {
@@ -49,7 +50,7 @@ absl::Status ApiError(absl::string_view what, int http_code, const nlohmann::jso
     if (raw_body.size() > kMaxBodyInMessage) message += "...";
     if (message.empty()) message = reason.empty() ? "no message" : reason;
   }
-  std::string text = absl::StrCat(what, ": HTTP ", http_code, ": ", message);
+  std::string text = absl::StrCat(what, ": ", code_label, " ", http_code, ": ", message);
   switch (http_code) {
     case 400:
     case 422: return absl::InvalidArgumentError(text);
@@ -416,7 +417,7 @@ absl::StatusOr<std::string> KubeClient::Watch(absl::string_view path,
       if (object.is_object() && object.contains("code") && object["code"].is_number_integer()) {
         code = object["code"].get<int>();
       }
-      event_error = ApiError(what, code, &object, "", config_.source);
+      event_error = ApiError(what, code, &object, "", config_.source, "watch ERROR event, code");
       return false;
     }
     if (object.is_object()) {
