@@ -231,6 +231,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   };
   SupervisorOptions sup;
   sup.instance_id = absl::StrCat(agent->options_.node_name, "-", ::getpid());
+  sup.quiet_without_cgroups = agent->options_.in_container;
   // Setting up cgroups takes several milliseconds: it runs while the agent dials and registers,
   // and only the first launch waits for it.
   agent->supervisor_ready_ =

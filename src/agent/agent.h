@@ -55,6 +55,10 @@ struct AgentOptions {
   std::optional<std::vector<std::string>> bound_gpus;
   // Started by srun: hide Slurm's description of its own step from the tasks (see Launch).
   bool hide_slurm_step_env = false;
+  // The agent runs in a container of its own (a Kubernetes pod, one task in it): the
+  // container's limits bound the task's memory, and every process it starts dies with the
+  // container. A container gives no writable cgroup, and that is no news worth a notice.
+  bool in_container = false;
   std::chrono::milliseconds heartbeat_interval{1000};
   // How long the agent keeps its tasks alive without a master. Past it, it kills them all.
   std::chrono::milliseconds master_grace{10000};

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "backends/kubernetes/kubernetes_provider.h"
 #include "backends/local/local_provider.h"
 #include "backends/slurm/slurm_provider.h"
 #include "backends/yarn/yarn_provider.h"
@@ -28,6 +29,7 @@ backends::BackendRegistry Build() {
   Register(registry, std::make_unique<backends::LocalProvider>());
   Register(registry, std::make_unique<backends::SlurmProvider>());
   Register(registry, std::make_unique<backends::YarnProvider>());
+  Register(registry, std::make_unique<backends::KubernetesProvider>());
   return registry;
 }
 

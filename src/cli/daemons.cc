@@ -250,6 +250,7 @@ int RunAgentDaemon(const AgentFlags& flags) {
     options.hide_slurm_step_env = true;
   }
   if (flags.gpus_from_env) options.bound_gpus = BoundGpus();
+  options.in_container = flags.in_container;
   options.ports = flags.ports;
   // The environment wins over the flag, as for the other agent tunables. `shoal run` refused
   // a malformed value before anything started; an agent started some other way keeps the

@@ -28,6 +28,8 @@ struct AgentFlags {
   // The resource manager bound this agent's GPUs (YARN's GPU plugin): they are the ones in
   // CUDA_VISIBLE_DEVICES, none when it is unset.
   bool gpus_from_env = false;
+  // Runs in a container whose limits bound the tasks (a Kubernetes pod): see AgentOptions.
+  bool in_container = false;
   uint32_t watchdog_ms = 0;   // 0: no watchdog
   uint32_t log_flush_ms = 250;  // how long task output is held before it goes to the master
   std::string shoal_binary;   // for the watchdog

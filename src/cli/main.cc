@@ -212,6 +212,9 @@ int RunShoal(int argc, char** argv) {
                         "ROLE:RANK,...: serve the place of Slurm task SLURM_PROCID with the GPUs Slurm bound");
   agent_cmd->add_flag("--gpus-from-env", agent.gpus_from_env,
                       "The GPUs are those in CUDA_VISIBLE_DEVICES, as the resource manager set it");
+  agent_cmd->add_flag("--in-container", agent.in_container,
+                      "The agent's container (a Kubernetes pod) bounds its tasks' memory and "
+                      "processes; no cgroup of Shoal's own is needed");
   auto* agent_fake = agent_cmd->add_option("--fake-gpus", agent_fake_gpus, "Declare N fake GPUs");
   bool no_task_output = false;
   agent_cmd->add_flag("--no-task-output", no_task_output,

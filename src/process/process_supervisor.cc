@@ -138,7 +138,9 @@ absl::StatusOr<std::unique_ptr<ProcessSupervisor>> ProcessSupervisor::Create(
       launcher, std::move(callbacks), std::move(limits), std::move(epoll_fd), std::move(wake_fd)));
   {
     absl::MutexLock lock(&supervisor->mu_);
-    supervisor->pending_notices_ = supervisor->limits_->notices();
+    if (!options.quiet_without_cgroups) {
+      supervisor->pending_notices_ = supervisor->limits_->notices();
+    }
   }
   supervisor->thread_ = std::thread([s = supervisor.get()] { s->Run(); });
   return supervisor;

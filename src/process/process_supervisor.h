@@ -37,6 +37,9 @@ struct SupervisorOptions {
   std::string cgroup_root = "/sys/fs/cgroup";
   // false: use only cgroup v1 hierarchies (to exercise those paths on hybrid machines).
   bool allow_cgroup_v2 = true;
+  // The supervisor runs in a container whose own limits bound its processes (a Kubernetes
+  // pod): what cgroups are missing is not told through on_notice.
+  bool quiet_without_cgroups = false;
   // Starts, signals and reaps the processes. Null: SystemLauncher(). Tests may give a
   // FakeProcessLauncher; it must outlive the supervisor.
   ProcessLauncher* launcher = nullptr;

@@ -614,6 +614,20 @@ TEST(ProcessSupervisorWithoutCgroupsTest, SaysOnceThatMemoryLimitsAreAdvisoryAnd
   EXPECT_EQ(advisory, 1) << ::testing::PrintToString(recorder.Notices());
 }
 
+// In a Kubernetes pod the container's own limits bound the task: no cgroup is no news there.
+TEST(ProcessSupervisorWithoutCgroupsTest, SaysNothingInAContainerThatBoundsItsTasks) {
+  std::string empty_root = MakeTempDir();
+  Recorder recorder;
+  SupervisorOptions options;
+  options.cgroup_root = empty_root;
+  options.quiet_without_cgroups = true;
+  auto supervisor = ProcessSupervisor::Create(options, recorder.Callbacks());
+  ASSERT_TRUE(supervisor.ok()) << supervisor.status();
+  ASSERT_TRUE((*supervisor)->Launch(Shell("task", "echo ok")).ok());
+  EXPECT_EQ(recorder.WaitExit("task").exit_code, 0);
+  EXPECT_TRUE(recorder.Notices().empty()) << ::testing::PrintToString(recorder.Notices());
+}
+
 TEST(ProcessSupervisorCreateTest, RejectsBadInstanceId) {
   SupervisorOptions options;
   options.instance_id = "../escape";

@@ -161,6 +161,7 @@ nlohmann::json TaskPod(const spec::Role& role, uint32_t index,
   meta["labels"][kPlaceLabel] = DnsLabelOf(place);
   for (const auto& [key, value] : config.annotations) meta["annotations"][key] = value;
   meta["annotations"]["shoal.io/place"] = place;
+  meta["annotations"]["shoal.io/attempt"] = absl::StrCat(attempt);
 
   // The agent's command line: as on YARN, one agent per pod serving one place.
   std::vector<std::string> command = {
@@ -171,7 +172,8 @@ nlohmann::json TaskPod(const spec::Role& role, uint32_t index,
       "--ports", absl::StrCat(agent.ports),
       "--master-grace-ms", absl::StrCat(agent.master_grace_ms),
       "--heartbeat-interval-ms", absl::StrCat(agent.heartbeat_interval_ms),
-      "--watchdog-ms", absl::StrCat(agent.watchdog_ms)};
+      "--watchdog-ms", absl::StrCat(agent.watchdog_ms),
+      "--in-container"};
   if (!agent.task_ports.empty()) {
     command.push_back("--task-ports");
     command.push_back(agent.task_ports);

@@ -1,0 +1,433 @@
+#include "backends/kubernetes/kubernetes_backend.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "backends/kubernetes/kube_client.h"
+#include "backends/kubernetes/pod_status.h"
+#include "common/files.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace shoal::backends {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string Escape(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += absl::StrFormat("%%%02X", c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+KubernetesBackend::KubernetesBackend(KubernetesBackendOptions options)
+    : options_(std::move(options)) {
+  auto client = KubeClient::Create(options_.kube);
+  if (client.ok()) {
+    client_ = std::move(*client);
+  } else {
+    client_status_ = client.status();
+  }
+}
+
+KubernetesBackend::~KubernetesBackend() { Release(); }
+
+std::vector<NodeGrant> KubernetesBackend::Places(const spec::JobSpec& job) {
+  std::vector<NodeGrant> places;
+  for (const auto& role : job.roles) {
+    for (uint32_t i = 0; i < role.instances; ++i) {
+      NodeGrant g;
+      g.name = absl::StrCat(role.name, ".", i);
+      g.for_task = absl::StrCat(role.name, ":", i);
+      g.cpus = role.resources.cpus;
+      g.memory_bytes = role.resources.memory_bytes;
+      // The device plugin names the pod's GPUs in its container (CUDA_VISIBLE_DEVICES or
+      // NVIDIA_VISIBLE_DEVICES); the agent reports what it sees there.
+      g.gpus_from_agent = role.resources.gpus > 0;
+      g.gpu_count = role.resources.gpus;
+      places.push_back(std::move(g));
+    }
+  }
+  return places;
+}
+
+absl::StatusOr<std::vector<NodeGrant>> KubernetesBackend::Acquire(const spec::JobSpec& job,
+                                                                  const std::string& job_id) {
+  if (client_ == nullptr) return client_status_;
+  job_ = job;
+  job_id_ = job_id;
+  context_.job_id = job_id;
+  context_.ns = options_.ns;
+  context_.job_object = JobObjectName(job_id);
+  context_.task_image = options_.task_image;
+  context_.image_pull_policy = options_.image_pull_policy;
+  context_.agent_image = options_.agent_image;
+  context_.agent_image_pull_policy = options_.agent_image_pull_policy;
+  std::vector<NodeGrant> places = Places(job);
+  absl::MutexLock lock(&mu_);
+  for (const auto& role : job.roles) {
+    for (uint32_t i = 0; i < role.instances; ++i) {
+      places_[absl::StrCat(role.name, ".", i)] = Place{role.name, i};
+    }
+  }
+  // Whether the cluster can hold the gang is the scheduler's to say once the pods exist
+  // (StartAgents): a wait for room, or a refusal, arrives as an allocation event.
+  return places;
+}
+
+std::string KubernetesBackend::PodsPath() const {
+  return absl::StrCat("/api/v1/namespaces/", options_.ns, "/pods");
+}
+
+std::string KubernetesBackend::LabelSelector() const {
+  return Escape(absl::StrCat(kJobLabel, "=", context_.job_object));
+}
+
+absl::Status KubernetesBackend::CreateOwnerAndSecret(const std::string& token) {
+  const KubernetesConfig& config = KubernetesConfigOf(job_);
+  std::string configmaps = absl::StrCat("/api/v1/namespaces/", options_.ns, "/configmaps");
+  auto owner = client_->Create(configmaps, OwnerConfigMap(config, context_));
+  if (!owner.ok() && owner.status().code() == absl::StatusCode::kAlreadyExists) {
+    owner = client_->Get(absl::StrCat(configmaps, "/", context_.job_object));
+  }
+  if (!owner.ok()) return owner.status();
+  context_.owner_uid = (*owner)["metadata"].value("uid", "");
+  auto secret = client_->Create(absl::StrCat("/api/v1/namespaces/", options_.ns, "/secrets"),
+                                TokenSecret(config, context_, token));
+  if (!secret.ok() && secret.status().code() != absl::StatusCode::kAlreadyExists) {
+    return secret.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t attempt) {
+  std::string role;
+  uint32_t index = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = places_.find(place);
+    if (it == places_.end()) return absl::NotFoundError(absl::StrCat("no place ", place));
+    role = it->second.role;
+    index = it->second.index;
+  }
+  const spec::Role* spec_role = nullptr;
+  for (const auto& r : job_.roles) {
+    if (r.name == role) spec_role = &r;
+  }
+  if (spec_role == nullptr) return absl::NotFoundError(absl::StrCat("no role ", role));
+  nlohmann::json pod =
+      TaskPod(*spec_role, index, attempt, KubernetesConfigOf(job_), context_, agent_args_);
+  auto created = client_->Create(PodsPath(), pod);
+  if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
+    return created.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
+  if (client_ == nullptr) return client_status_;
+  agent_args_.master_address = options.master_address;
+  for (const auto& [node, n] : options.ports_per_node) {
+    agent_args_.ports = std::max(agent_args_.ports, n);
+  }
+  agent_args_.master_grace_ms = options.master_grace_ms;
+  agent_args_.heartbeat_interval_ms = options.heartbeat_interval_ms;
+  agent_args_.watchdog_ms = WatchdogMs(options);
+  if (const char* range = std::getenv("SHOAL_TASK_PORTS"); range != nullptr && *range != '\0') {
+    agent_args_.task_ports = range;
+  }
+  if (absl::Status st = CreateOwnerAndSecret(options.token); !st.ok()) {
+    // Nothing of the job may stay behind: the owner's deletion takes whatever was made.
+    Release();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the job's objects in namespace ", options_.ns, ": ", st.message()));
+  }
+  std::vector<std::string> names;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, place] : places_) names.push_back(name);
+  }
+  for (const std::string& place : names) {
+    if (absl::Status st = CreatePod(place, 0); !st.ok()) {
+      Release();
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create the pod of ", place, " in namespace ", options_.ns, ": ",
+                       st.message()));
+    }
+  }
+  spdlog::info("created {} pods for job {} in namespace {} (owner configmap {})", names.size(),
+               job_id_, options_.ns, context_.job_object);
+  if (!options_.state_dir.empty() && MakeDirs(options_.state_dir).ok()) {
+    nlohmann::json record = {{"namespace", options_.ns},
+                             {"owner", context_.job_object},
+                             {"label_selector", absl::StrCat(kJobLabel, "=", context_.job_object)},
+                             {"server", options_.kube.server}};
+    (void)ReplaceFile(options_.state_dir + "/objects.json", record.dump(2));
+  }
+  watcher_ = std::thread([this] { Watch(); });
+  commander_ = std::thread([this] { RunCommands(); });
+  return absl::OkStatus();
+}
+
+void KubernetesBackend::SetPlaceLostCallback(PlaceLostCallback callback) {
+  absl::MutexLock lock(&mu_);
+  on_lost_ = std::move(callback);
+}
+
+void KubernetesBackend::SetAllocationEventCallback(AllocationEventCallback callback) {
+  absl::MutexLock lock(&mu_);
+  on_event_ = std::move(callback);
+}
+
+void KubernetesBackend::Watch() {
+  std::string resource_version;
+  auto stop = [this] {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  };
+  while (!stop()) {
+    if (resource_version.empty()) {
+      auto list = client_->Get(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
+      if (!list.ok()) {
+        spdlog::warn("cannot list the pods of job {}: {}", job_id_, list.status().ToString());
+        std::this_thread::sleep_for(Ms(500));
+        continue;
+      }
+      for (const nlohmann::json& pod : (*list)["items"]) Observe(ObservePod(pod));
+      resource_version = (*list)["metadata"].value("resourceVersion", "");
+    }
+    auto next = client_->Watch(
+        absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()), resource_version,
+        [this](absl::string_view type, const nlohmann::json& pod) {
+          Observe(ObservePod(pod, type == "DELETED"));
+        },
+        stop);
+    if (next.ok()) {
+      resource_version = *next;
+    } else {
+      if (!IsResourceVersionTooOld(next.status())) {
+        spdlog::warn("watching the pods of job {}: {}", job_id_, next.status().ToString());
+        std::this_thread::sleep_for(Ms(500));
+      }
+      resource_version.clear();  // list again
+    }
+  }
+}
+
+void KubernetesBackend::Observe(const PodObservation& pod) {
+  if (pod.place.empty()) return;
+  AllocationEventCallback on_event;
+  PlaceLostCallback on_lost;
+  std::optional<AllocationEvent> event;
+  std::string lost_why;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    auto it = places_.find(pod.place);
+    // A pod of an earlier attempt (still terminating after its place was replaced) says
+    // nothing about the place now.
+    if (it == places_.end() || it->second.attempt != pod.attempt || it->second.lost) return;
+    Place& place = it->second;
+    on_event = on_event_;
+    on_lost = on_lost_;
+    switch (pod.state) {
+      case PodObservation::State::kWaiting: {
+        if (gang_ || refused_) break;
+        int waiting = 0;
+        for (const auto& [name, p] : places_) waiting += p.scheduled ? 0 : 1;
+        std::string reason = absl::StrCat(waiting, " of ", places_.size(),
+                                          " pods wait for the Kubernetes scheduler");
+        if (!pod.reason.empty()) absl::StrAppend(&reason, ": ", pod.reason);
+        if (reason != last_queued_reason_) {
+          last_queued_reason_ = reason;
+          event = AllocationEvent{AllocationEvent::kQueued, reason};
+        }
+        break;
+      }
+      case PodObservation::State::kScheduled: {
+        if (place.scheduled) break;
+        place.scheduled = true;
+        if (gang_) break;
+        bool all = true;
+        for (const auto& [name, p] : places_) all = all && p.scheduled;
+        if (all) {
+          gang_ = true;
+          event = AllocationEvent{AllocationEvent::kAllocated, ""};
+        }
+        break;
+      }
+      case PodObservation::State::kCannotStart:
+        if (!gang_) {
+          // The gang cannot form: say why once, the master ends the job.
+          if (!refused_) {
+            refused_ = true;
+            event = AllocationEvent{AllocationEvent::kRefused, pod.reason};
+          }
+        } else {
+          place.lost = true;
+          lost_why = pod.reason;
+        }
+        break;
+      case PodObservation::State::kEnded:
+        place.lost = true;
+        lost_why = pod.reason;
+        if (!gang_ && !refused_) {
+          // Before the gang formed there is no agent to lose: the pod was taken away or
+          // failed while waiting. Give the place a new pod, still waiting for room.
+          place.lost = false;
+          place.scheduled = false;
+          place.attempt += 1;
+          creations_.push_back(pod.place);
+          lost_why.clear();
+          spdlog::warn("{} before the job started; a new pod takes its place", pod.reason);
+        }
+        break;
+    }
+  }
+  if (event && on_event) {
+    if (event->kind == AllocationEvent::kQueued) {
+      spdlog::info("job {} is queued: {}", job_id_, event->reason);
+    }
+    on_event(*event);
+  }
+  if (!lost_why.empty()) {
+    spdlog::warn("place {} lost: {}", pod.place, lost_why);
+    if (on_lost) on_lost(pod.place, lost_why);
+  }
+}
+
+void KubernetesBackend::RunCommands() {
+  for (;;) {
+    std::optional<std::pair<std::string, std::string>> deletion;
+    std::optional<std::string> creation;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !deletions_.empty() || !creations_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      if (!deletions_.empty()) {
+        deletion = deletions_.front();
+        deletions_.pop_front();
+      } else {
+        creation = creations_.front();
+        creations_.pop_front();
+      }
+    }
+    if (deletion) DeletePod(deletion->second);
+    if (creation) {
+      uint32_t attempt = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        attempt = places_[*creation].attempt;
+      }
+      if (absl::Status st = CreatePod(*creation, attempt); !st.ok()) {
+        spdlog::warn("cannot create a new pod for {}: {}", *creation, st.ToString());
+        PlaceLostCallback on_lost;
+        {
+          absl::MutexLock lock(&mu_);
+          on_lost = on_lost_;
+          places_[*creation].lost = true;
+        }
+        if (on_lost) on_lost(*creation, absl::StrCat("cannot create its pod: ", st.message()));
+      }
+    }
+  }
+}
+
+void KubernetesBackend::DeletePod(const std::string& pod) {
+  auto deleted = client_->Delete(absl::StrCat(PodsPath(), "/", pod),
+                                 nlohmann::json{{"gracePeriodSeconds", 0}});
+  if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("cannot delete pod {}: {}", pod, deleted.status().ToString());
+  }
+}
+
+void KubernetesBackend::TerminatePlace(const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = places_.find(node);
+  if (it == places_.end()) return;
+  const Place& place = it->second;
+  deletions_.emplace_back(node, PodName(context_.job_object, place.role, place.index,
+                                        place.attempt));
+}
+
+absl::Status KubernetesBackend::ReplacePlace(const std::string& node,
+                                             const AgentStartOptions& options) {
+  absl::MutexLock lock(&mu_);
+  auto it = places_.find(node);
+  if (it == places_.end()) return absl::NotFoundError(absl::StrCat("no place ", node));
+  Place& place = it->second;
+  // The old pod goes (it may still be terminating); a new one, under a new name, takes over.
+  deletions_.emplace_back(node, PodName(context_.job_object, place.role, place.index,
+                                        place.attempt));
+  place.attempt += 1;
+  place.lost = false;
+  place.scheduled = false;
+  creations_.push_back(node);
+  return absl::OkStatus();
+}
+
+absl::Status KubernetesBackend::Reattach(const std::string& job_id,
+                                         const std::vector<NodeGrant>& grants,
+                                         const AgentStartOptions& options) {
+  (void)grants;
+  return absl::UnimplementedError(
+      absl::StrCat("kubernetes backend cannot re-attach to job ", job_id, " yet"));
+}
+
+void KubernetesBackend::WaitForPodsGone(std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto list = client_->Get(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
+    if (!list.ok() || (*list)["items"].empty()) return;
+    std::this_thread::sleep_for(Ms(250));
+  }
+  spdlog::warn("pods of job {} still exist after {} s", job_id_,
+               std::chrono::duration_cast<std::chrono::seconds>(limit).count());
+}
+
+void KubernetesBackend::Release() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (released_) return;
+    released_ = true;
+    stopping_ = true;
+  }
+  if (watcher_.joinable()) watcher_.join();
+  if (commander_.joinable()) commander_.join();
+  if (client_ == nullptr || context_.job_object.empty()) return;
+  // The pods first, with their grace period: each agent stops its task on SIGTERM. Then the
+  // owner, whose deletion takes the Secret and anything else left with it.
+  auto pods = client_->Delete(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
+  if (!pods.ok() && pods.status().code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("cannot delete the pods of job {}: {}", job_id_, pods.status().ToString());
+  }
+  WaitForPodsGone(options_.release_wait);
+  auto secret = client_->Delete(absl::StrCat("/api/v1/namespaces/", options_.ns, "/secrets/",
+                                             context_.job_object, "-token"));
+  if (!secret.ok() && secret.status().code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("cannot delete the job's secret: {}", secret.status().ToString());
+  }
+  auto owner = client_->Delete(
+      absl::StrCat("/api/v1/namespaces/", options_.ns, "/configmaps/", context_.job_object),
+      nlohmann::json{{"propagationPolicy", "Background"}});
+  if (!owner.ok() && owner.status().code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("cannot delete the job's owner configmap: {}", owner.status().ToString());
+  }
+}
+
+}  // namespace shoal::backends

@@ -1,0 +1,107 @@
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
+#include "backends/kubernetes/kube_config.h"
+#include "backends/kubernetes/kubernetes_objects.h"
+#include "backends/kubernetes/kubernetes_section.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace shoal::backends {
+
+class KubeClient;
+struct PodObservation;
+
+struct KubernetesBackendOptions {
+  KubeConfig kube;
+  std::string ns;
+  std::string task_image;         // the tasks' image unless a role names its own
+  std::string image_pull_policy;  // empty: Kubernetes' default
+  std::string agent_image = kDefaultAgentImage;
+  std::string agent_image_pull_policy = "IfNotPresent";
+  // Where the job's object names are recorded, for people and tools: <job dir>/agents/kubernetes.
+  std::string state_dir;
+  // How long Release waits for the job's pods to be gone (their agents stop their tasks).
+  std::chrono::milliseconds release_wait{60000};
+};
+
+// Runs each Shoal task in a pod of its own, as on YARN one agent per place (role.index), on
+// the cluster of a kubeconfig (docs/backends/kubernetes.md, docs/design/0013). The master runs
+// beside the client; the pods' agents dial it. Every object hangs from one owner ConfigMap, so
+// deleting it removes the job; the token is in a Secret. One thread watches the job's pods
+// (a watch, not polling) and reports allocation events and lost places; another runs the
+// master's commands (terminate, replace) so that API calls never block the master's loop.
+class KubernetesBackend final : public Backend {
+ public:
+  explicit KubernetesBackend(KubernetesBackendOptions options);
+  ~KubernetesBackend() override;
+
+  std::string Name() const override { return "kubernetes"; }
+  absl::StatusOr<std::vector<NodeGrant>> Acquire(const spec::JobSpec& job,
+                                                 const std::string& job_id) override;
+  absl::Status StartAgents(const AgentStartOptions& options) override;
+  void SetPlaceLostCallback(PlaceLostCallback callback) override;
+  void SetAllocationEventCallback(AllocationEventCallback callback) override;
+  // The kubelet ends a deleted or preempted pod with SIGTERM to its processes.
+  bool SignalsTasksFromOutside() const override { return true; }
+  void TerminatePlace(const std::string& node) override;
+  absl::Status ReplacePlace(const std::string& node, const AgentStartOptions& options) override;
+  void Release() override;
+  absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
+                        const AgentStartOptions& options) override;
+
+  // The places of `job`: one per task, named role.index, each for its one task.
+  static std::vector<NodeGrant> Places(const spec::JobSpec& job);
+
+ private:
+  struct Place {
+    std::string role;
+    uint32_t index = 0;
+    uint32_t attempt = 0;      // of the pod now serving it
+    bool scheduled = false;    // that pod was bound to a node
+    bool lost = false;         // reported lost; until replaced
+  };
+  absl::Status CreateOwnerAndSecret(const std::string& token);
+  absl::Status CreatePod(const std::string& place, uint32_t attempt);
+  std::string PodsPath() const;
+  std::string LabelSelector() const;
+  void Watch();
+  void RunCommands();
+  void Observe(const PodObservation& pod);
+  void DeletePod(const std::string& pod);
+  void WaitForPodsGone(std::chrono::milliseconds limit);
+
+  KubernetesBackendOptions options_;
+  std::unique_ptr<KubeClient> client_;
+  absl::Status client_status_;
+  spec::JobSpec job_;
+  std::string job_id_;
+  JobObjectsContext context_;
+  PodAgentArgs agent_args_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, Place> places_ ABSL_GUARDED_BY(mu_);
+  bool gang_ ABSL_GUARDED_BY(mu_) = false;      // every first pod was scheduled
+  bool refused_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  std::string last_queued_reason_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<std::string, std::string>> deletions_ ABSL_GUARDED_BY(mu_);  // place, pod
+  std::deque<std::string> creations_ ABSL_GUARDED_BY(mu_);  // places to give a new pod
+  PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
+  AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
+  std::thread watcher_;
+  std::thread commander_;
+};
+
+}  // namespace shoal::backends

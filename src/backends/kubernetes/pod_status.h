@@ -1,0 +1,34 @@
+#pragma once
+
+// What a pod's status means for Shoal, read from the API server's object: a pure function, so
+// that every case (unschedulable, an image that cannot be pulled, OOM-killed, evicted,
+// preempted, deleted) is tested on real objects' shapes without a cluster.
+
+#include <cstdint>
+#include <string>
+
+#include "nlohmann/json.hpp"
+
+namespace shoal::backends {
+
+struct PodObservation {
+  enum class State {
+    kWaiting,      // not scheduled yet (reason: the scheduler's words, if it gave any)
+    kScheduled,    // bound to a node; its containers are starting or running
+    kCannotStart,  // it will not start by itself: an image that cannot be pulled, a bad config,
+                   // the agent's install failing (reason says which)
+    kEnded,        // its agent's container ended, or the pod failed or is being deleted
+  };
+  std::string name;
+  std::string place;     // annotation shoal.io/place (role.index); empty: not Shoal's pod
+  uint32_t attempt = 0;  // annotation shoal.io/attempt
+  State state = State::kWaiting;
+  std::string node;      // spec.nodeName once scheduled
+  std::string reason;    // one line a user understands, for kWaiting (maybe empty) and after
+  bool preempted = false;  // the scheduler or an eviction took it away (not the task's fault)
+};
+
+// `deleted`: the object came with a DELETED watch event.
+PodObservation ObservePod(const nlohmann::json& pod, bool deleted = false);
+
+}  // namespace shoal::backends
