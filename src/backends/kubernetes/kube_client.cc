@@ -121,11 +121,22 @@ std::string Escape(absl::string_view text) {
 // One easy handle with what it points to; curl copies every string option but the error
 // buffer and the header list, which live here as long as the handle.
 struct KubeClient::Request {
+  explicit Request(KubeClient& client) : client(client) {}
   ~Request() {
-    if (easy != nullptr) curl_easy_cleanup(easy);
     curl_slist_free_all(headers);
+    if (easy == nullptr) return;
+    // The handle keeps its connection open for the next request unless the pool is full.
+    {
+      absl::MutexLock lock(&client.idle_mutex_);
+      if (client.idle_handles_.size() < kMaxIdleConnections) {
+        client.idle_handles_.push_back(easy);
+        return;
+      }
+    }
+    curl_easy_cleanup(easy);
   }
 
+  KubeClient& client;
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   char error[CURL_ERROR_SIZE] = {};
@@ -144,6 +155,11 @@ absl::StatusOr<std::unique_ptr<KubeClient>> KubeClient::Create(KubeConfig config
   return std::unique_ptr<KubeClient>(new KubeClient(std::move(config), options));
 }
 
+KubeClient::~KubeClient() {
+  absl::MutexLock lock(&idle_mutex_);
+  for (void* easy : idle_handles_) curl_easy_cleanup(static_cast<CURL*>(easy));
+}
+
 absl::StatusOr<std::unique_ptr<KubeClient::Request>> KubeClient::Prepare(
     absl::string_view method, absl::string_view path, const std::string* body,
     absl::string_view content_type) {
@@ -151,7 +167,7 @@ absl::StatusOr<std::unique_ptr<KubeClient::Request>> KubeClient::Prepare(
     return absl::InvalidArgumentError(
         absl::StrCat(method, " ", path, ": an API path must begin with '/'"));
   }
-  auto request = std::make_unique<Request>();
+  auto request = std::make_unique<Request>(*this);
   request->what = absl::StrCat(method, " ", path);
   request->url = absl::StrCat(config_.server, path);
   std::string token = config_.token;
@@ -159,8 +175,20 @@ absl::StatusOr<std::unique_ptr<KubeClient::Request>> KubeClient::Prepare(
     // Re-read on every request: the kubelet rotates a pod's token in place.
     SHOAL_ASSIGN_OR_RETURN(token, ReadToken(config_.token_file, config_.source));
   }
-  request->easy = curl_easy_init();
-  if (request->easy == nullptr) return absl::InternalError("curl_easy_init failed");
+  {
+    absl::MutexLock lock(&idle_mutex_);
+    if (!idle_handles_.empty()) {
+      request->easy = static_cast<CURL*>(idle_handles_.back());
+      idle_handles_.pop_back();
+    }
+  }
+  if (request->easy != nullptr) {
+    // No option of the previous request survives; its connection does.
+    curl_easy_reset(request->easy);
+  } else {
+    request->easy = curl_easy_init();
+    if (request->easy == nullptr) return absl::InternalError("curl_easy_init failed");
+  }
   CURL* easy = request->easy;
   curl_easy_setopt(easy, CURLOPT_URL, request->url.c_str());
   curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, request->error);

@@ -7,10 +7,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/kubernetes/kube_config.h"
 #include "nlohmann/json.hpp"
 
@@ -45,7 +48,8 @@ enum class PatchType {
 // its query, already escaped: "/api/v1/namespaces/ns/configmaps?labelSelector=app%3Dx".
 //
 // Thread-safe: any number of threads may call it at once; each call blocks its thread (never
-// call it from an event loop). Each call uses a connection of its own.
+// call it from an event loop). A call reuses the connection of an earlier call that has ended
+// (up to kMaxIdleConnections are kept), else opens its own.
 //
 // Errors (every message holds the method, the path and the API server's own Status message,
 // e.g. `POST /api/v1/namespaces/z/pods: HTTP 403: pods "x" is forbidden: User "y" cannot
@@ -71,6 +75,10 @@ class KubeClient {
   static absl::StatusOr<std::unique_ptr<KubeClient>> Create(KubeConfig config,
                                                             KubeClientOptions options = {});
 
+  // How many finished requests' curl handles, with their open connections, are kept for reuse.
+  static constexpr size_t kMaxIdleConnections = 16;
+
+  ~KubeClient();
   KubeClient(const KubeClient&) = delete;
   KubeClient& operator=(const KubeClient&) = delete;
 
@@ -136,6 +144,10 @@ class KubeClient {
   const KubeConfig config_;
   const KubeClientOptions options_;
   std::atomic<int64_t> requests_{0};
+  // curl easy handles (CURL*) of ended requests, each holding its live connection; a request
+  // takes one (reset to no options) instead of opening a new connection and TLS session.
+  absl::Mutex idle_mutex_;
+  std::vector<void*> idle_handles_ ABSL_GUARDED_BY(idle_mutex_);
 };
 
 }  // namespace shoal::backends
