@@ -127,3 +127,27 @@ def test_agent_bundle_sdk_imports_in_the_python_image():
                           "print('sdk from', shoal.__file__)"]))
     assert phase == "Succeeded", logs
     assert "sdk from /opt/shoal/python/shoal/__init__.py" in logs, logs
+
+
+IN_CLUSTER_GET = """
+import os, ssl, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+url = "https://%s:%s/version" % (os.environ["KUBERNETES_SERVICE_HOST"],
+                                 os.environ["KUBERNETES_SERVICE_PORT"])
+request = urllib.request.Request(url, headers={
+    "Authorization": "Bearer " + open(sa + "/token").read().strip()})
+context = ssl.create_default_context(cafile=sa + "/ca.crt")
+print(url, urllib.request.urlopen(request, context=context, timeout=20).read().decode())
+"""
+
+
+def test_pods_reach_the_apiserver_through_the_kubernetes_service():
+    # What an in-cluster client (a master running in a pod) does: the kubernetes Service's
+    # address from the environment, the service account's token and CA.
+    phase, logs = run_pod(unique("in-cluster"), {
+        "restartPolicy": "Never",
+        "containers": [container("main", "localhost/shoal-python:test",
+                                 ["python3", "-c", IN_CLUSTER_GET])],
+    })
+    assert phase == "Succeeded", logs
+    assert "https://10.96.0.1:443/version" in logs and '"gitVersion": "v1.37.2"' in logs, logs

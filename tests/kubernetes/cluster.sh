@@ -34,7 +34,13 @@ CONTAINERD_SOCK=$CONTAINERD_STATE/containerd.sock
 BRIDGE=shoalk8s0
 POD_CIDR=10.244.0.0/24
 POD_NET_PREFIX=10.244.0.
+BRIDGE_ADDR=10.244.0.1
 SERVICE_CIDR=10.96.0.0/24
+API_SERVICE_ADDR=10.96.0.1   # the `kubernetes` Service: what in-cluster clients are told
+API_PORT=6443
+# Our iptables chains (filter: who may reach the apiserver; nat: the kubernetes Service).
+API_FILTER_CHAIN=SHOAL-K8S-API
+API_NAT_CHAIN=SHOAL-K8S-SERVICE
 PYTHON_PACKAGES=(python3 python3-torch python3-sklearn python3-numpy)
 DAEMONS=(etcd kube-apiserver kube-scheduler kube-controller-manager containerd kubelet)
 PACKAGES=(containerd runc containernetworking-plugins busybox-static openssl iproute2 patchelf curl)
@@ -254,7 +260,7 @@ make_pki() {
       -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
   }
   # The service's first address and the bridge's, for clients inside pods.
-  cert apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:${SERVICE_CIDR%0/*}1,IP:${POD_NET_PREFIX}1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
+  cert apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:$API_SERVICE_ADDR,IP:$BRIDGE_ADDR,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
   cert kubelet /CN=localhost 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n'
   # system:masters: the admin identity every component and test uses here.
   cert admin /CN=admin/O=system:masters 'extendedKeyUsage=clientAuth\n'
@@ -265,7 +271,7 @@ apiVersion: v1
 kind: Config
 clusters:
 - name: shoal-test
-  cluster: {certificate-authority: $p/ca.crt, server: "https://127.0.0.1:6443"}
+  cluster: {certificate-authority: $p/ca.crt, server: "https://127.0.0.1:$API_PORT"}
 users:
 - name: admin
   user: {client-certificate: $p/admin.crt, client-key: $p/admin.key}
@@ -277,6 +283,53 @@ EOF
   mv "$KUBECONFIG_FILE.partial" "$KUBECONFIG_FILE"
 }
 
+# The bridge exists before the apiserver, which pods reach on it. No kube-proxy: of the Service
+# range only the kubernetes Service ($API_SERVICE_ADDR:443, what in-cluster clients use) is
+# forwarded, to the apiserver; packets to any other ClusterIP are dropped on this machine.
+start_network() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge || fail "cannot create the bridge $BRIDGE"
+  fi
+  ip addr replace "$BRIDGE_ADDR/${POD_CIDR#*/}" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  ip route replace blackhole "$SERVICE_CIDR"
+  # Locally sent packets are routed before the nat OUTPUT hook: not into the blackhole.
+  ip route replace "$API_SERVICE_ADDR/32" dev "$BRIDGE"
+  remove_iptables_rules
+  iptables -N "$API_FILTER_CHAIN"
+  iptables -A "$API_FILTER_CHAIN" -i lo -j RETURN
+  iptables -A "$API_FILTER_CHAIN" -i "$BRIDGE" -j RETURN
+  iptables -A "$API_FILTER_CHAIN" -j DROP
+  iptables -I INPUT -p tcp --dport "$API_PORT" -j "$API_FILTER_CHAIN"
+  iptables -t nat -N "$API_NAT_CHAIN"
+  iptables -t nat -A "$API_NAT_CHAIN" -d "$API_SERVICE_ADDR/32" -p tcp --dport 443 \
+    -j DNAT --to-destination "$BRIDGE_ADDR:$API_PORT"
+  iptables -t nat -I PREROUTING -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN"
+  iptables -t nat -I OUTPUT -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN"
+}
+
+# Ours, and those the kubelet made (it has no flag to make none); each only if present.
+remove_iptables_rules() {
+  command -v iptables >/dev/null || return 0
+  while iptables -D INPUT -p tcp --dport "$API_PORT" -j "$API_FILTER_CHAIN" 2>/dev/null; do :; done
+  while iptables -t nat -D PREROUTING -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN" 2>/dev/null; do :; done
+  while iptables -t nat -D OUTPUT -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN" 2>/dev/null; do :; done
+  iptables -F "$API_FILTER_CHAIN" 2>/dev/null && iptables -X "$API_FILTER_CHAIN"
+  iptables -t nat -F "$API_NAT_CHAIN" 2>/dev/null && iptables -t nat -X "$API_NAT_CHAIN"
+  local tool table chain
+  for tool in iptables ip6tables; do
+    command -v "$tool" >/dev/null || continue
+    while "$tool" -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    while "$tool" -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+    for table in filter nat mangle; do
+      for chain in KUBE-FIREWALL KUBE-KUBELET-CANARY KUBE-IPTABLES-HINT; do
+        "$tool" -t "$table" -F "$chain" 2>/dev/null && "$tool" -t "$table" -X "$chain" 2>/dev/null
+      done
+    done
+  done
+  return 0
+}
+
 start_control_plane() {
   local p=$DIR/pki kc=$KUBECONFIG_FILE
   start_daemon etcd "$BIN/etcd" --name shoal-test --data-dir "$DIR/etcd" \
@@ -284,10 +337,12 @@ start_control_plane() {
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster shoal-test=http://127.0.0.1:2380 --unsafe-no-fsync
   wait_for etcd 60 curl -sf http://127.0.0.1:2379/health
-  # --endpoint-reconciler-type=none: the default reconciler refuses a loopback advertise address.
+  # It listens on every address (one --bind-address only) for the loopback and the pods on the
+  # bridge; $API_FILTER_CHAIN drops the rest. --endpoint-reconciler-type=none: there is no
+  # kube-proxy to use the endpoints, and the default reconciler refuses some addresses.
   # Hostname first: the node is named localhost and its kubelet listens on 127.0.0.1.
   start_daemon kube-apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
-    --bind-address=127.0.0.1 --secure-port=6443 --advertise-address=127.0.0.1 \
+    --bind-address=0.0.0.0 --secure-port="$API_PORT" --advertise-address="$BRIDGE_ADDR" \
     --endpoint-reconciler-type=none --service-cluster-ip-range="$SERVICE_CIDR" \
     --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" --client-ca-file="$p/ca.crt" \
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$p/sa.pub" \
@@ -328,12 +383,13 @@ state = "$CONTAINERD_STATE"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni/net.d"
 EOF
-  # isGateway gives the bridge $POD_NET_PREFIX.1 but pods no default route: a pod reaches this
-  # machine and the other pods, nothing beyond.
+  # Pods get no default route: they reach this machine, the other pods and the Service range
+  # (where only the kubernetes Service answers), nothing beyond.
   cat >"$DIR/cni/net.d/10-shoal.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "shoal-test", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "dataDir": "$DIR/cni/ipam"}},
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$BRIDGE_ADDR"}]],
+            "routes": [{"dst": "$SERVICE_CIDR"}], "dataDir": "$DIR/cni/ipam"}},
   {"type": "loopback"}]}
 EOF
   start_daemon containerd /usr/bin/containerd --config "$DIR/containerd.toml"
@@ -442,9 +498,8 @@ cmd_up() {
   BIN=$(bin_dir)
   mkdir -p "$DIR"/{log,pid,images}
   make_pki
+  start_network
   start_control_plane
-  # No kube-proxy: ClusterIPs are not routed. Keep packets to them on this machine.
-  ip route replace blackhole "$SERVICE_CIDR"
   start_containerd
   import_images
   start_kubelet
@@ -505,6 +560,8 @@ stop_cluster() {
   done
   ip link delete "$BRIDGE" 2>/dev/null || true
   ip route del blackhole "$SERVICE_CIDR" 2>/dev/null || true
+  ip route del "$API_SERVICE_ADDR/32" 2>/dev/null || true
+  remove_iptables_rules
   # The kubelet's pod cgroups (cgroupfs driver), empty once the containers are gone.
   local cg
   for cg in /sys/fs/cgroup/*/kubepods; do
