@@ -160,12 +160,13 @@ pid_alive() {
 
 # The pid in $DIR/pid/NAME, if that process is still the NAME we started (pids get reused).
 daemon_pid() {
-  local file=$DIR/pid/$1 pid exe
+  local file=$DIR/pid/$1 pid argv0
   [ -s "$file" ] || return 1
   pid=$(tr -dc '0-9' <"$file")
   pid_alive "$pid" || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  [ "$(basename "${exe% (deleted)}")" = "$1" ] || return 1
+  # argv[0], not /proc/PID/exe: `status` works without root.
+  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1) || return 1
+  [ "$(basename "$argv0")" = "$1" ] || return 1
   echo "$pid"
 }
 
@@ -580,6 +581,9 @@ cmd_down() {
 
 cmd_status() {
   BIN=$(bin_dir)
+  if [ -e "$DIR/pki/admin.key" ] && [ ! -r "$DIR/pki/admin.key" ]; then
+    die "cannot read $DIR/pki/admin.key, the cluster's admin credentials: run as root"
+  fi
   if [ -s "$KUBECONFIG_FILE" ] && binaries_present "$BIN" && healthy; then
     log "up: node localhost Ready"
     echo "KUBECONFIG=$KUBECONFIG_FILE"
