@@ -128,7 +128,10 @@ cmd_build() {
   (cd "$work/kubernetes" && "$GO" mod tidy) || die "go mod tidy failed for the Kubernetes wrapper module"
   local version_pkg=k8s.io/component-base/version client_pkg=k8s.io/client-go/pkg/version
   # The servers and kubectl compare versions: stamp the real one, not v0.0.0-master.
-  local ldflags="-s -w -X $version_pkg.gitVersion=v$K8S_VERSION -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=$minor -X $version_pkg.gitTreeState=clean -X $client_pkg.gitVersion=v$K8S_VERSION -X $client_pkg.gitMajor=1 -X $client_pkg.gitMinor=$minor"
+  local ldflags="-s -w -X $version_pkg.gitVersion=v$K8S_VERSION -X $version_pkg.gitMajor=1"
+  ldflags+=" -X $version_pkg.gitMinor=$minor -X $version_pkg.gitTreeState=clean"
+  ldflags+=" -X $client_pkg.gitVersion=v$K8S_VERSION -X $client_pkg.gitMajor=1"
+  ldflags+=" -X $client_pkg.gitMinor=$minor"
   (cd "$work/kubernetes" && CGO_ENABLED=0 "$GO" build -p 2 -trimpath -ldflags "$ldflags" -o "$work/bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet \
@@ -261,7 +264,9 @@ make_pki() {
       -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
   }
   # The service's first address and the bridge's, for clients inside pods.
-  cert apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:$API_SERVICE_ADDR,IP:$BRIDGE_ADDR,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n"
+  local names="DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  cert apiserver /CN=kube-apiserver \
+    "subjectAltName=IP:127.0.0.1,IP:$API_SERVICE_ADDR,IP:$BRIDGE_ADDR,$names\nextendedKeyUsage=serverAuth\n"
   cert kubelet /CN=localhost 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n'
   # system:masters: the admin identity every component and test uses here.
   cert admin /CN=admin/O=system:masters 'extendedKeyUsage=clientAuth\n'

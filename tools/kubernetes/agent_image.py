@@ -36,7 +36,8 @@ PREFIX = "/opt/shoal"
 LOADER_NAME = "ld-linux-x86-64.so.2"
 BUSYBOX = "/bin/busybox"
 BUSYBOX_LINKS = ("sh", "cp")
-# 'libfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)' and '/lib64/ld-linux-x86-64.so.2 (0x...)'
+# ldd's lines: 'libfoo.so.1 => /lib/x86_64-linux-gnu/libfoo.so.1 (0x...)' for a library,
+# '/lib64/ld-linux-x86-64.so.2 (0x...)' for the loader.
 LDD_LIBRARY = re.compile(r"^\s*(\S+)\s+=>\s+(\S+)\s+\(0x[0-9a-f]+\)\s*$")
 LDD_LOADER = re.compile(r"^\s*(/\S*ld-linux\S*)\s+\(0x[0-9a-f]+\)\s*$")
 
@@ -45,12 +46,15 @@ class ImageError(Exception):
     pass
 
 
+PACKAGE_OF_TOOL = {"patchelf": "patchelf", "strip": "binutils", "ldd": "libc-bin"}
+
+
 def run(argv):
     try:
         return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     except FileNotFoundError:
-        raise ImageError(f"'{argv[0]}' not found on PATH (apt-get install "
-                         f"{ {'patchelf': 'patchelf', 'strip': 'binutils'}.get(argv[0], argv[0]) })")
+        package = PACKAGE_OF_TOOL.get(argv[0], argv[0])
+        raise ImageError(f"'{argv[0]}' not found on PATH (apt-get install {package})")
     except subprocess.CalledProcessError as e:
         raise ImageError(f"{' '.join(argv)} failed (exit {e.returncode}): {e.stderr.strip()}")
 
@@ -69,7 +73,8 @@ def shared_libraries(binary):
         if match:
             loader = match.group(1)
     if loader is None:
-        raise ImageError(f"ldd {binary}: no ELF interpreter listed (a static or non-x86_64 binary?)")
+        raise ImageError(f"ldd {binary}: no ELF interpreter listed "
+                         "(a static or non-x86_64 binary?)")
     return libraries, loader
 
 
