@@ -12,7 +12,8 @@ repo=$(pwd)
 # Slurm with munge (the Slurm backend's test cluster, tests/slurm/cluster.sh), and Java with
 # Maven (the YARN backend's test cluster, tests/yarn/cluster.sh), and clang with its libFuzzer
 # and sanitizer runtimes (the fuzz targets, fuzz/run.sh), and ccache (the sanitizer and fuzz
-# builds, sanitize/run.sh).
+# builds, sanitize/run.sh), and containerd, runc, the CNI plugins, busybox and patchelf (the
+# Kubernetes backend's test cluster and agent image, tests/kubernetes/cluster.sh).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -27,6 +28,7 @@ packages=(
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
   clang-14 libclang-rt-14-dev ccache
+  containerd runc containernetworking-plugins busybox-static patchelf openssl libcurl4-openssl-dev
 )
 
 sudo_cmd=()
@@ -172,6 +174,18 @@ if [ "${SHOAL_SKIP_YARN:-0}" != 1 ]; then
   SHOAL_M2_REPO=$m2 "$repo/tests/yarn/cluster.sh" build
   # Shoal's YARN application master (--backend yarn), compiled against the same Hadoop jars.
   SHOAL_M2_REPO=$m2 "$repo/src/backends/yarn/am/build.sh"
+fi
+
+# The Kubernetes test cluster's binaries (tests/kubernetes/cluster.sh build): Kubernetes and
+# etcd built from the Go module proxy with the Go at /usr/local/go (Debian's is too old), about
+# 6 minutes once, then cached by version under /var/cache/shoal/kubernetes.
+# SHOAL_SKIP_KUBERNETES=1 skips it.
+if [ "${SHOAL_SKIP_KUBERNETES:-0}" != 1 ]; then
+  if [ -x /usr/local/go/bin/go ]; then
+    "${sudo_cmd[@]}" "$repo/tests/kubernetes/cluster.sh" build
+  else
+    echo "setup: no Go at /usr/local/go: the Kubernetes test cluster cannot be built (https://go.dev/dl/)" >&2
+  fi
 fi
 
 [ "${1:-}" = "--no-build" ] && exit 0
