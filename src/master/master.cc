@@ -310,8 +310,10 @@ void Master::AgentDisconnected(uint64_t session_id) {
     Record(master::AgentDisconnected{node});
     auto lose = [this, node](const std::string& why) {
       if (IsTerminal(job_.phase) || agents_.ForNode(node) != nullptr) return;
-      // Whatever is left of that agent must not keep running tasks nobody watches.
-      backend_->TerminatePlace(node);
+      // Whatever is left of that agent must not keep running tasks nobody watches, unless the
+      // backend already reported the place lost and is replacing it: then what it would
+      // terminate is the replacement.
+      if (replacing_nodes_.count(node) == 0) backend_->TerminatePlace(node);
       FailTasksOnNode(node, why);
     };
     std::string why = gone.leaving.empty()

@@ -41,6 +41,7 @@ API_PORT=6443
 # Our iptables chains (filter: who may reach the apiserver; nat: the kubernetes Service).
 API_FILTER_CHAIN=SHOAL-K8S-API
 API_NAT_CHAIN=SHOAL-K8S-SERVICE
+PODS_FORWARD_CHAIN=SHOAL-K8S-PODS
 PYTHON_PACKAGES=(python3 python3-torch python3-sklearn python3-numpy)
 DAEMONS=(etcd kube-apiserver kube-scheduler kube-controller-manager containerd kubelet)
 PACKAGES=(containerd runc containernetworking-plugins busybox-static openssl iproute2 patchelf curl)
@@ -312,6 +313,14 @@ start_network() {
     -j DNAT --to-destination "$BRIDGE_ADDR:$API_PORT"
   iptables -t nat -I PREROUTING -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN"
   iptables -t nat -I OUTPUT -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN"
+  # Pods have a default route to this machine (their node), so they reach any of its
+  # addresses, as pods reach their node on a real cluster (a master beside the client listens
+  # on the machine's own address). Whatever they send beyond it is dropped here: nothing is
+  # routed off the machine.
+  iptables -N "$PODS_FORWARD_CHAIN"
+  iptables -A "$PODS_FORWARD_CHAIN" -d "$POD_CIDR" -j RETURN
+  iptables -A "$PODS_FORWARD_CHAIN" -j DROP
+  iptables -I FORWARD -s "$POD_CIDR" -j "$PODS_FORWARD_CHAIN"
 }
 
 # Ours, and those the kubelet made (it has no flag to make none); each only if present.
@@ -320,6 +329,8 @@ remove_iptables_rules() {
   while iptables -D INPUT -p tcp --dport "$API_PORT" -j "$API_FILTER_CHAIN" 2>/dev/null; do :; done
   while iptables -t nat -D PREROUTING -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN" 2>/dev/null; do :; done
   while iptables -t nat -D OUTPUT -d "$SERVICE_CIDR" -j "$API_NAT_CHAIN" 2>/dev/null; do :; done
+  while iptables -D FORWARD -s "$POD_CIDR" -j "$PODS_FORWARD_CHAIN" 2>/dev/null; do :; done
+  iptables -F "$PODS_FORWARD_CHAIN" 2>/dev/null && iptables -X "$PODS_FORWARD_CHAIN"
   iptables -F "$API_FILTER_CHAIN" 2>/dev/null && iptables -X "$API_FILTER_CHAIN"
   iptables -t nat -F "$API_NAT_CHAIN" 2>/dev/null && iptables -t nat -X "$API_NAT_CHAIN"
   local tool table chain
@@ -389,11 +400,13 @@ state = "$CONTAINERD_STATE"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni/net.d"
 EOF
-  # Pods get no default route: they reach this machine, the other pods and the Service range
-  # (where only the kubernetes Service answers), nothing beyond.
+  # Pods' default route is this machine (their node): they reach its addresses, the other pods
+  # and the Service range (where only the kubernetes Service answers); the FORWARD rule above
+  # drops anything beyond.
   cat >"$DIR/cni/net.d/10-shoal.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "shoal-test", "plugins": [
-  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
+  {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "isDefaultGateway": true,
+   "ipMasq": false,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$BRIDGE_ADDR"}]],
             "routes": [{"dst": "$SERVICE_CIDR"}], "dataDir": "$DIR/cni/ipam"}},
   {"type": "loopback"}]}

@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/pod_status.h"
 #include "common/files.h"
@@ -63,10 +65,8 @@ std::vector<NodeGrant> KubernetesBackend::Places(const spec::JobSpec& job) {
   return places;
 }
 
-absl::StatusOr<std::vector<NodeGrant>> KubernetesBackend::Acquire(const spec::JobSpec& job,
-                                                                  const std::string& job_id) {
-  if (client_ == nullptr) return client_status_;
-  job_ = job;
+std::vector<NodeGrant> KubernetesBackend::Init(const std::string& job_id) {
+  job_ = options_.job;
   job_id_ = job_id;
   context_.job_id = job_id;
   context_.ns = options_.ns;
@@ -75,16 +75,40 @@ absl::StatusOr<std::vector<NodeGrant>> KubernetesBackend::Acquire(const spec::Jo
   context_.image_pull_policy = options_.image_pull_policy;
   context_.agent_image = options_.agent_image;
   context_.agent_image_pull_policy = options_.agent_image_pull_policy;
-  std::vector<NodeGrant> places = Places(job);
   absl::MutexLock lock(&mu_);
-  for (const auto& role : job.roles) {
+  for (const auto& role : job_.roles) {
     for (uint32_t i = 0; i < role.instances; ++i) {
       places_[absl::StrCat(role.name, ".", i)] = Place{role.name, i};
     }
   }
+  return Places(job_);
+}
+
+absl::StatusOr<std::vector<NodeGrant>> KubernetesBackend::Acquire(const spec::JobSpec& job,
+                                                                  const std::string& job_id) {
+  if (client_ == nullptr) return client_status_;
+  options_.job = job;
   // Whether the cluster can hold the gang is the scheduler's to say once the pods exist
   // (StartAgents): a wait for room, or a refusal, arrives as an allocation event.
-  return places;
+  return Init(job_id);
+}
+
+void KubernetesBackend::SetAgentArgs(const AgentStartOptions& options) {
+  agent_args_.master_address = options.master_address;
+  for (const auto& [node, n] : options.ports_per_node) {
+    agent_args_.ports = std::max(agent_args_.ports, n);
+  }
+  agent_args_.master_grace_ms = options.master_grace_ms;
+  agent_args_.heartbeat_interval_ms = options.heartbeat_interval_ms;
+  agent_args_.watchdog_ms = WatchdogMs(options);
+  if (const char* range = std::getenv("SHOAL_TASK_PORTS"); range != nullptr && *range != '\0') {
+    agent_args_.task_ports = range;
+  }
+}
+
+void KubernetesBackend::StartThreads() {
+  watcher_ = std::thread([this] { Watch(); });
+  commander_ = std::thread([this] { RunCommands(); });
 }
 
 std::string KubernetesBackend::PodsPath() const {
@@ -138,16 +162,7 @@ absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t att
 
 absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
   if (client_ == nullptr) return client_status_;
-  agent_args_.master_address = options.master_address;
-  for (const auto& [node, n] : options.ports_per_node) {
-    agent_args_.ports = std::max(agent_args_.ports, n);
-  }
-  agent_args_.master_grace_ms = options.master_grace_ms;
-  agent_args_.heartbeat_interval_ms = options.heartbeat_interval_ms;
-  agent_args_.watchdog_ms = WatchdogMs(options);
-  if (const char* range = std::getenv("SHOAL_TASK_PORTS"); range != nullptr && *range != '\0') {
-    agent_args_.task_ports = range;
-  }
+  SetAgentArgs(options);
   if (absl::Status st = CreateOwnerAndSecret(options.token); !st.ok()) {
     // Nothing of the job may stay behind: the owner's deletion takes whatever was made.
     Release();
@@ -176,8 +191,7 @@ absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
                              {"server", options_.kube.server}};
     (void)ReplaceFile(options_.state_dir + "/objects.json", record.dump(2));
   }
-  watcher_ = std::thread([this] { Watch(); });
-  commander_ = std::thread([this] { RunCommands(); });
+  StartThreads();
   return absl::OkStatus();
 }
 
@@ -197,14 +211,33 @@ void KubernetesBackend::Watch() {
     absl::MutexLock lock(&mu_);
     return stopping_;
   };
+  // An API server that is down is said once, then every minute or so, and retried with
+  // growing pauses (0.5 s to 8 s); its return is said once too.
+  int failures = 0;
+  auto failed = [&](const absl::Status& st, const char* what) {
+    if (failures % 10 == 0) {
+      spdlog::warn("{} the pods of job {}: {}{}", what, job_id_, st.ToString(),
+                   failures == 0 ? "; retrying" : "; still retrying");
+    }
+    Ms pause = Ms(500) * (1 << std::min(failures, 4));
+    ++failures;
+    auto until = std::chrono::steady_clock::now() + pause;
+    while (!stop() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(Ms(100));
+    }
+  };
+  auto recovered = [&] {
+    if (failures > 0) spdlog::info("the API server answers again for job {}", job_id_);
+    failures = 0;
+  };
   while (!stop()) {
     if (resource_version.empty()) {
       auto list = client_->Get(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
       if (!list.ok()) {
-        spdlog::warn("cannot list the pods of job {}: {}", job_id_, list.status().ToString());
-        std::this_thread::sleep_for(Ms(500));
+        failed(list.status(), "cannot list");
         continue;
       }
+      recovered();
       for (const nlohmann::json& pod : (*list)["items"]) Observe(ObservePod(pod));
       resource_version = (*list)["metadata"].value("resourceVersion", "");
     }
@@ -216,13 +249,11 @@ void KubernetesBackend::Watch() {
         stop);
     if (next.ok()) {
       resource_version = *next;
-    } else {
-      if (!IsResourceVersionTooOld(next.status())) {
-        spdlog::warn("watching the pods of job {}: {}", job_id_, next.status().ToString());
-        std::this_thread::sleep_for(Ms(500));
-      }
-      resource_version.clear();  // list again
+      continue;
     }
+    // Too old: the list again catches up on whatever happened in between.
+    if (!IsResourceVersionTooOld(next.status())) failed(next.status(), "cannot watch");
+    resource_version.clear();
   }
 }
 
@@ -280,6 +311,12 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
           lost_why = pod.reason;
         }
         break;
+      case PodObservation::State::kEnding:
+        if (!place.ending) {
+          place.ending = true;
+          spdlog::info("{}; its agent is stopping", pod.reason);
+        }
+        break;
       case PodObservation::State::kEnded:
         place.lost = true;
         lost_why = pod.reason;
@@ -303,6 +340,13 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
     on_event(*event);
   }
   if (!lost_why.empty()) {
+    // An agent that ended by itself said why on its way out (a master it cannot reach, a
+    // refused token): that line is worth more than its exit code.
+    if (pod.agent_exited) {
+      if (std::string tail = LogTail(pod.name); !tail.empty()) {
+        absl::StrAppend(&lost_why, "; its last output: ", tail);
+      }
+    }
     spdlog::warn("place {} lost: {}", pod.place, lost_why);
     if (on_lost) on_lost(pod.place, lost_why);
   }
@@ -376,6 +420,7 @@ absl::Status KubernetesBackend::ReplacePlace(const std::string& node,
                                         place.attempt));
   place.attempt += 1;
   place.lost = false;
+  place.ending = false;
   place.scheduled = false;
   creations_.push_back(node);
   return absl::OkStatus();
@@ -384,9 +429,59 @@ absl::Status KubernetesBackend::ReplacePlace(const std::string& node,
 absl::Status KubernetesBackend::Reattach(const std::string& job_id,
                                          const std::vector<NodeGrant>& grants,
                                          const AgentStartOptions& options) {
-  (void)grants;
-  return absl::UnimplementedError(
-      absl::StrCat("kubernetes backend cannot re-attach to job ", job_id, " yet"));
+  if (client_ == nullptr) return client_status_;
+  Init(job_id);
+  SetAgentArgs(options);
+  auto owner = client_->Get(absl::StrCat("/api/v1/namespaces/", options_.ns, "/configmaps/",
+                                         context_.job_object));
+  if (!owner.ok()) {
+    return absl::NotFoundError(absl::StrCat("the job's owner configmap ", context_.job_object,
+                                            " in namespace ", options_.ns, ": ",
+                                            owner.status().message()));
+  }
+  context_.owner_uid = (*owner)["metadata"].value("uid", "");
+  auto list = client_->Get(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
+  if (!list.ok()) return list.status();
+  // Each place's pod now: the newest attempt that is not ending.
+  std::map<std::string, PodObservation> live;
+  for (const nlohmann::json& pod : (*list)["items"]) {
+    PodObservation seen = ObservePod(pod);
+    if (seen.place.empty() || seen.state != PodObservation::State::kScheduled) continue;
+    auto it = live.find(seen.place);
+    if (it == live.end() || it->second.attempt < seen.attempt) live[seen.place] = seen;
+  }
+  std::vector<std::string> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const NodeGrant& grant : grants) {
+      auto place = places_.find(grant.name);
+      auto pod = live.find(grant.name);
+      if (place == places_.end() || pod == live.end()) {
+        gone.push_back(grant.name);
+        continue;
+      }
+      place->second.attempt = pod->second.attempt;
+      place->second.scheduled = true;
+    }
+    gang_ = true;
+  }
+  if (!gone.empty()) {
+    return absl::NotFoundError(absl::StrCat("no running pod for ", absl::StrJoin(gone, ", "),
+                                            " in namespace ", options_.ns));
+  }
+  spdlog::info("re-attached to {} pods of job {} in namespace {}", grants.size(), job_id,
+               options_.ns);
+  StartThreads();
+  return absl::OkStatus();
+}
+
+std::string KubernetesBackend::LogTail(const std::string& pod) {
+  auto log = client_->Get(absl::StrCat(PodsPath(), "/", pod, "/log?container=task&tailLines=3"));
+  if (!log.ok() || !log->is_string()) return "";
+  std::string text(absl::StripAsciiWhitespace(log->get<std::string>()));
+  absl::StrReplaceAll({{"\n", " | "}}, &text);
+  if (text.size() > 400) text = "..." + text.substr(text.size() - 400);
+  return text;
 }
 
 void KubernetesBackend::WaitForPodsGone(std::chrono::milliseconds limit) {

@@ -23,6 +23,8 @@ class KubeClient;
 struct PodObservation;
 
 struct KubernetesBackendOptions {
+  // The job; a master that takes a job over (Reattach) gets no Acquire to learn it from.
+  spec::JobSpec job;
   KubeConfig kube;
   std::string ns;
   std::string task_image;         // the tasks' image unless a role names its own
@@ -70,7 +72,14 @@ class KubernetesBackend final : public Backend {
     uint32_t attempt = 0;      // of the pod now serving it
     bool scheduled = false;    // that pod was bound to a node
     bool lost = false;         // reported lost; until replaced
+    bool ending = false;       // its pod is being deleted (said once)
   };
+  // What Acquire and Reattach both learn: the job's names and places.
+  std::vector<NodeGrant> Init(const std::string& job_id);
+  void SetAgentArgs(const AgentStartOptions& options);
+  void StartThreads();
+  // The last lines the pod's agent container wrote, for a reason ("" when there are none).
+  std::string LogTail(const std::string& pod);
   absl::Status CreateOwnerAndSecret(const std::string& token);
   absl::Status CreatePod(const std::string& place, uint32_t attempt);
   std::string PodsPath() const;

@@ -209,6 +209,7 @@ absl::StatusOr<CreatedBackend> KubernetesProvider::Create(const BackendContext& 
       LoadKubeConfig(kubeconfig.empty() ? std::nullopt : std::optional<std::string>(kubeconfig));
   if (!kube.ok()) return kube.status();
   KubernetesBackendOptions options;
+  options.job = *context.job;
   options.kube = *kube;
   options.ns = settings.value("namespace", "");
   options.task_image = settings.value("image", section.image);

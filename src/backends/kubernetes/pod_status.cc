@@ -95,14 +95,20 @@ PodObservation ObservePod(const nlohmann::json& pod, bool deleted) {
       out.reason = absl::StrCat("pod ", out.name, " ", phase == "Failed" ? "failed" : "ended",
                                 ": ", pod_reason, pod_message.empty() ? "" : ": ", pod_message);
     } else if (!container.empty()) {
+      out.agent_exited = true;
       out.reason = absl::StrCat("pod ", out.name, "'s agent container ended: ", container);
     } else if (deleting) {
       out.reason = absl::StrCat("pod ", out.name, " was deleted");
     } else {
       out.reason = absl::StrCat("pod ", out.name, " ended (", phase, ")");
     }
-    if (deleting && !deleted && disruption.empty() && pod_reason.empty() && container.empty()) {
-      out.reason = absl::StrCat("pod ", out.name, " is being deleted");
+    if (deleting && !deleted && phase != "Failed" && phase != "Succeeded") {
+      // Its agent got SIGTERM and is stopping its task: the place is lost once the agent is
+      // gone, not before (a new pod's agent would find the old one still registered).
+      out.state = PodObservation::State::kEnding;
+      if (disruption.empty() && pod_reason.empty()) {
+        out.reason = absl::StrCat("pod ", out.name, " is being deleted");
+      }
     }
     return out;
   }

@@ -17,7 +17,8 @@ struct PodObservation {
     kScheduled,    // bound to a node; its containers are starting or running
     kCannotStart,  // it will not start by itself: an image that cannot be pulled, a bad config,
                    // the agent's install failing (reason says which)
-    kEnded,        // its agent's container ended, or the pod failed or is being deleted
+    kEnding,       // being deleted (by someone, or preempted), its agent still stopping
+    kEnded,        // its agent's container ended, the pod failed, or the pod is gone
   };
   std::string name;
   std::string place;     // annotation shoal.io/place (role.index); empty: not Shoal's pod
@@ -26,6 +27,7 @@ struct PodObservation {
   std::string node;      // spec.nodeName once scheduled
   std::string reason;    // one line a user understands, for kWaiting (maybe empty) and after
   bool preempted = false;  // the scheduler or an eviction took it away (not the task's fault)
+  bool agent_exited = false;  // the agent's container ended by itself (its log says why)
 };
 
 // `deleted`: the object came with a DELETED watch event.
