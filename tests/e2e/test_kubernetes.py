@@ -9,6 +9,7 @@ scikit-learn and nothing of Shoal: the agent and the SDK come in through the age
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -68,9 +69,9 @@ def k8s_job(write_job, name, roles, extra="", volumes=()):
                "mount_path": str(e2e.EXAMPLE_DIR), "read_only": True}]
     for i, path in enumerate(volumes):
         mounts.append({"name": f"v{i}", "host_path": str(path), "mount_path": str(path)})
-    # Ten missed heartbeats before an agent counts as lost: starting a pod (an image's layers,
+    # 30 missed heartbeats before an agent counts as lost: starting a pod (an image's layers,
     # the agent's bundle copied in) loads this 2-core machine for seconds at a time.
-    text = (f"name: {name}\nheartbeat: {{interval: 1s, misses: 10}}\n{extra}"
+    text = (f"name: {name}\nheartbeat: {{interval: 1s, misses: 30}}\n{extra}"
             f"roles:\n{roles}"
             f"kubernetes:\n"
             f"  image: {IMAGE}\n"
@@ -280,7 +281,7 @@ kubernetes: {image: busybox}
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_a_job_the_cluster_cannot_hold_waits_with_the_schedulers_reason(
+def test_a_job_the_cluster_cannot_hold_waits_saying_why(
         write_job, start_shoal, jobs_dir, shoal_status, run_shoal):
     job = write_job(f"""\
 name: too-big
@@ -294,7 +295,11 @@ kubernetes: {{image: {IMAGE}, image_pull_policy: Never}}
     def queued():
         s = shoal_status(job_dir.name)
         return s if "Insufficient cpu" in json.dumps(s) else None
-    status = e2e.wait_until(queued, 60, "the scheduler's reason in shoal status")
+    # In the scheduler's words (Shoal's admission checks the room before the scheduler sees the
+    # gang), with what the gang needs and what is free.
+    status = e2e.wait_until(queued, 60, "the reason in shoal status")
+    assert re.search(r"0/\d+ nodes are available: .*1 Insufficient cpu", json.dumps(status)), status
+    assert "does not fit now" in json.dumps(status), status
     assert status["state"] in ("queued", "starting"), status
     r = run_shoal("kill", job_dir.name, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -329,3 +334,42 @@ def test_a_killed_master_is_replaced_and_no_task_restarts(write_job, write_file,
     for task in ("worker:0", "worker:1"):
         starts = [e for e in e2e.task_transitions(events, task) if e["to"] == "running"]
         assert len(starts) == 1, (task, starts)
+
+
+def test_two_gangs_racing_for_the_same_room_run_one_after_the_other(write_job, write_file,
+                                                                    start_shoal, jobs_dir,
+                                                                    shoal_status):
+    """Each gang needs 1.8 of the node's 2 cpus: admitted whole or not at all, the two never
+    hold part of the node each (which would leave both waiting forever); one runs, then the
+    other, and the one that waited says why."""
+    script = write_file("ticker.py", TICKER)
+    clients = {}
+    for name in ("race-a", "race-b"):
+        roles = f"""\
+  worker:
+    instances: 2
+    command: [/usr/bin/python3, {script}, "16"]
+    resources: {{cpus: 0.9, memory: 256MiB}}
+"""
+        job = k8s_job(write_job, name, roles, volumes=[script.parent])
+        clients[name] = start_shoal("run", "--backend", "kubernetes", job)
+    for name, client in clients.items():
+        rc = client.wait(300)
+        assert rc == 0, f"{name}: rc={rc}\n{client.stderr()[-3000:]}"
+    spans = {}
+    waited = []
+    for name in clients:
+        job_dir = e2e.wait_for_job(jobs_dir, name, timeout=10)
+        events = e2e.read_events(job_dir)
+        running = [e2e.event_seconds(e) for e in events
+                   if e.get("type") == "task_state" and e.get("to") == "running"]
+        ended = [e2e.event_seconds(e) for e in events
+                 if e.get("type") == "task_state" and e.get("to") == "succeeded"]
+        spans[name] = (min(running), max(ended))
+        waited += [e for e in e2e.events_of(events, "queued")
+                   if "does not fit now" in e.get("reason", "")
+                   or "which is being admitted" in e.get("reason", "")]
+    first, second = sorted(spans.values())
+    # Their tasks never ran at the same time (1 s for the events' clock rounding).
+    assert second[0] >= first[1] - 1, spans
+    assert waited, "neither job said it waited for room"

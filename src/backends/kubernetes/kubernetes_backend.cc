@@ -9,6 +9,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "backends/kubernetes/admission_lease.h"
+#include "backends/kubernetes/gang_fit.h"
 #include "backends/kubernetes/kube_client.h"
 #include "backends/kubernetes/pod_status.h"
 #include "common/files.h"
@@ -153,9 +155,18 @@ absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t att
   if (spec_role == nullptr) return absl::NotFoundError(absl::StrCat("no role ", role));
   nlohmann::json pod =
       TaskPod(*spec_role, index, attempt, KubernetesConfigOf(job_), context_, agent_args_);
+  if (options_.gang_admission) {
+    // The scheduler ignores a gated pod: it holds nothing and blocks no one until admitted.
+    pod["spec"]["schedulingGates"] = nlohmann::json::array({{{"name", kGangGate}}});
+  }
   auto created = client_->Create(PodsPath(), pod);
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
     return created.status();
+  }
+  if (options_.gang_admission) {
+    absl::MutexLock lock(&mu_);
+    manifests_[place] = std::move(pod);
+    waiting_admission_.push_back(place);
   }
   return absl::OkStatus();
 }
@@ -184,6 +195,13 @@ absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
   }
   spdlog::info("created {} pods for job {} in namespace {} (owner configmap {})", names.size(),
                job_id_, options_.ns, context_.job_object);
+  {
+    absl::MutexLock lock(&mu_);
+    next_admission_ = std::chrono::steady_clock::now();
+  }
+  // Until every pod runs, the job is queued: admission, then images and the agent's install.
+  Queue(options_.gang_admission ? "waiting for the gang's admission"
+                                : "waiting for the pods to be scheduled and started");
   if (!options_.state_dir.empty() && MakeDirs(options_.state_dir).ok()) {
     nlohmann::json record = {{"namespace", options_.ns},
                              {"owner", context_.job_object},
@@ -275,7 +293,8 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
     on_lost = on_lost_;
     switch (pod.state) {
       case PodObservation::State::kWaiting: {
-        if (gang_ || refused_) break;
+        // A gated pod waits for Shoal's admission, which says why itself.
+        if (gang_ || refused_ || pod.reason.empty()) break;
         int waiting = 0;
         for (const auto& [name, p] : places_) waiting += p.scheduled ? 0 : 1;
         std::string reason = absl::StrCat(waiting, " of ", places_.size(),
@@ -288,12 +307,15 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
         break;
       }
       case PodObservation::State::kScheduled: {
-        if (place.scheduled) break;
         place.scheduled = true;
+        if (place.running || !pod.running) break;
+        place.running = true;
         if (gang_) break;
-        bool all = true;
-        for (const auto& [name, p] : places_) all = all && p.scheduled;
-        if (all) {
+        // The job is allocated once every pod's containers run: pulling a large image can take
+        // minutes, which the master's registration deadline must not count.
+        size_t running = 0;
+        for (const auto& [name, p] : places_) running += p.running ? 1 : 0;
+        if (running == places_.size()) {
           gang_ = true;
           event = AllocationEvent{AllocationEvent::kAllocated, ""};
         }
@@ -325,6 +347,7 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
           // failed while waiting. Give the place a new pod, still waiting for room.
           place.lost = false;
           place.scheduled = false;
+          place.running = false;
           place.attempt += 1;
           creations_.push_back(pod.place);
           lost_why.clear();
@@ -356,19 +379,25 @@ void KubernetesBackend::RunCommands() {
   for (;;) {
     std::optional<std::pair<std::string, std::string>> deletion;
     std::optional<std::string> creation;
+    bool admit = false;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !deletions_.empty() || !creations_.empty();
+        return stopping_ || !deletions_.empty() || !creations_.empty() ||
+               (!waiting_admission_.empty() &&
+                std::chrono::steady_clock::now() >= next_admission_);
       };
-      mu_.Await(absl::Condition(&ready));
+      // Woken by commands; an admission that is due is noticed within 100 ms.
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_) return;
       if (!deletions_.empty()) {
         deletion = deletions_.front();
         deletions_.pop_front();
-      } else {
+      } else if (!creations_.empty()) {
         creation = creations_.front();
         creations_.pop_front();
+      } else {
+        admit = ready();
       }
     }
     if (deletion) DeletePod(deletion->second);
@@ -389,6 +418,145 @@ void KubernetesBackend::RunCommands() {
         if (on_lost) on_lost(*creation, absl::StrCat("cannot create its pod: ", st.message()));
       }
     }
+    if (admit) TryAdmit();
+  }
+}
+
+void KubernetesBackend::Queue(const std::string& reason) {
+  AllocationEventCallback on_event;
+  {
+    absl::MutexLock lock(&mu_);
+    if (gang_ || refused_ || reason == last_queued_reason_) return;
+    last_queued_reason_ = reason;
+    on_event = on_event_;
+  }
+  spdlog::info("job {} is queued: {}", job_id_, reason);
+  if (on_event) on_event({AllocationEvent::kQueued, reason});
+}
+
+void KubernetesBackend::TryAdmit() {
+  std::vector<std::string> places;
+  std::vector<nlohmann::json> gang;
+  {
+    absl::MutexLock lock(&mu_);
+    places = waiting_admission_;
+    for (const std::string& place : places) gang.push_back(manifests_[place]);
+  }
+  auto retry_later = [this](const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    // 1 s, 2 s, 4 s, then every 5 s: capacity comes back when other jobs end.
+    int n = std::min(admission_failures_++, 3);
+    next_admission_ = std::chrono::steady_clock::now() +
+                      std::min(Ms(1000) * (1 << n), Ms(5000));
+    (void)why;
+  };
+  if (lease_ == nullptr) {
+    lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
+                                              job_id_, options_.admission_lease_duration);
+  }
+  absl::StatusOr<bool> held = lease_->TryAcquire();
+  if (!held.ok()) {
+    spdlog::warn("cannot take the admission lease {} in namespace {}: {}; retrying",
+                 options_.admission_lease, options_.ns, held.status().ToString());
+    retry_later("lease");
+    return;
+  }
+  if (!*held) {
+    Queue(absl::StrCat("waiting for job ", lease_->last_holder(),
+                       ", which is being admitted (lease ", options_.admission_lease, ")"));
+    retry_later("lease held");
+    return;
+  }
+  // Whether the whole gang fits what the cluster has free now. Without the right to read
+  // nodes and every pod (cluster-scoped), the scheduler alone decides, pod by pod.
+  if (!fit_unavailable_) {
+    auto nodes = client_->Get("/api/v1/nodes");
+    auto bound = client_->Get(
+        "/api/v1/pods?fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2C"
+        "status.phase%21%3DFailed");
+    if (!nodes.ok() || !bound.ok()) {
+      absl::Status st = nodes.ok() ? bound.status() : nodes.status();
+      if (st.code() == absl::StatusCode::kPermissionDenied) {
+        fit_unavailable_ = true;
+        spdlog::warn("cannot read the cluster's nodes and pods ({}): gang admission falls back "
+                     "to the scheduler, which places pods one by one", std::string(st.message()));
+      } else {
+        lease_->Release();
+        spdlog::warn("cannot read the cluster's capacity: {}; retrying", st.ToString());
+        retry_later("capacity");
+        return;
+      }
+    } else {
+      std::vector<nlohmann::json> node_list((*nodes)["items"].begin(), (*nodes)["items"].end());
+      std::vector<nlohmann::json> pod_list((*bound)["items"].begin(), (*bound)["items"].end());
+      GangFit fit = FitGang(node_list, pod_list, gang);
+      if (!fit.fits) {
+        lease_->Release();
+        Queue(fit.reason);
+        retry_later("no room");
+        return;
+      }
+    }
+  }
+  // Admitted: every gate goes, then the scheduler binds them; the lease is kept until it has,
+  // so the next admission counts them.
+  for (const std::string& place : places) {
+    std::string pod;
+    {
+      absl::MutexLock lock(&mu_);
+      const Place& p = places_[place];
+      pod = PodName(context_.job_object, p.role, p.index, p.attempt);
+    }
+    auto patched = client_->Patch(absl::StrCat(PodsPath(), "/", pod),
+                                  nlohmann::json::array({{{"op", "remove"},
+                                                          {"path", "/spec/schedulingGates"}}}),
+                                  PatchType::kJson);
+    if (!patched.ok() && patched.status().code() != absl::StatusCode::kNotFound) {
+      spdlog::warn("cannot admit pod {}: {}", pod, patched.status().ToString());
+    }
+  }
+  bool bound_all = false;
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_admission_.erase(
+        std::remove_if(waiting_admission_.begin(), waiting_admission_.end(),
+                       [&](const std::string& p) {
+                         return std::find(places.begin(), places.end(), p) != places.end();
+                       }),
+        waiting_admission_.end());
+    auto all_bound = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (stopping_) return true;
+      for (const std::string& place : places) {
+        if (!places_[place].scheduled && !places_[place].lost) return false;
+      }
+      return true;
+    };
+    bound_all = mu_.AwaitWithTimeout(absl::Condition(&all_bound),
+                                     absl::FromChrono(options_.admission_timeout));
+    admission_failures_ = 0;
+    if (!bound_all && !stopping_) {
+      // The scheduler disagreed (another workload took the room meanwhile): take the gang
+      // back whole rather than hold part of the cluster, and admit it again later.
+      for (const std::string& place : places) {
+        Place& p = places_[place];
+        deletions_.emplace_back(place, PodName(context_.job_object, p.role, p.index, p.attempt));
+        p.attempt += 1;
+        p.scheduled = false;
+        p.running = false;
+        creations_.push_back(place);
+      }
+      next_admission_ = std::chrono::steady_clock::now() + Ms(2000);
+    }
+  }
+  lease_->Release();
+  if (bound_all) {
+    spdlog::info("admitted {} pods of job {}", places.size(), job_id_);
+    Queue(absl::StrCat("admitted; ", places.size(),
+                       " pods are starting (their images, then Shoal's agent)"));
+  } else {
+    spdlog::warn("the scheduler did not bind all {} admitted pods of job {} within {} ms; "
+                 "taking them back to admit them again",
+                 places.size(), job_id_, options_.admission_timeout.count());
   }
 }
 
@@ -422,6 +590,7 @@ absl::Status KubernetesBackend::ReplacePlace(const std::string& node,
   place.lost = false;
   place.ending = false;
   place.scheduled = false;
+  place.running = false;
   creations_.push_back(node);
   return absl::OkStatus();
 }
@@ -462,6 +631,7 @@ absl::Status KubernetesBackend::Reattach(const std::string& job_id,
       }
       place->second.attempt = pod->second.attempt;
       place->second.scheduled = true;
+      place->second.running = true;
     }
     gang_ = true;
   }
@@ -504,6 +674,7 @@ void KubernetesBackend::Release() {
   }
   if (watcher_.joinable()) watcher_.join();
   if (commander_.joinable()) commander_.join();
+  if (lease_ != nullptr) lease_->Release();
   if (client_ == nullptr || context_.job_object.empty()) return;
   // The pods first, with their grace period: each agent stops its task on SIGTERM. Then the
   // owner, whose deletion takes the Secret and anything else left with it.

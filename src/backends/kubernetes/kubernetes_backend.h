@@ -15,10 +15,11 @@
 #include "backends/kubernetes/kube_config.h"
 #include "backends/kubernetes/kubernetes_objects.h"
 #include "backends/kubernetes/kubernetes_section.h"
-#include "nlohmann/json_fwd.hpp"
+#include "nlohmann/json.hpp"
 
 namespace shoal::backends {
 
+class AdmissionLease;
 class KubeClient;
 struct PodObservation;
 
@@ -35,6 +36,15 @@ struct KubernetesBackendOptions {
   std::string state_dir;
   // How long Release waits for the job's pods to be gone (their agents stop their tasks).
   std::chrono::milliseconds release_wait{60000};
+  // Gang admission (docs/design/0013): pods are created gated and released together once the
+  // whole gang fits, under a Lease that serializes Shoal's admissions in the namespace.
+  bool gang_admission = true;
+  std::string admission_lease = "shoal-gang-admission";
+  // A holder that stopped renewing (a dead master) blocks the others at most this long.
+  std::chrono::seconds admission_lease_duration{30};
+  // Un-gated pods the scheduler has not bound by then are taken back and admitted again later:
+  // the longest a gang holds part of the cluster without all of it.
+  std::chrono::milliseconds admission_timeout{30000};
 };
 
 // Runs each Shoal task in a pod of its own, as on YARN one agent per place (role.index), on
@@ -71,6 +81,7 @@ class KubernetesBackend final : public Backend {
     uint32_t index = 0;
     uint32_t attempt = 0;      // of the pod now serving it
     bool scheduled = false;    // that pod was bound to a node
+    bool running = false;      // and its containers started
     bool lost = false;         // reported lost; until replaced
     bool ending = false;       // its pod is being deleted (said once)
   };
@@ -86,6 +97,9 @@ class KubernetesBackend final : public Backend {
   std::string LabelSelector() const;
   void Watch();
   void RunCommands();
+  // One attempt to admit every place waiting for admission: see the options' comments.
+  void TryAdmit();
+  void Queue(const std::string& reason);
   void Observe(const PodObservation& pod);
   void DeletePod(const std::string& pod);
   void WaitForPodsGone(std::chrono::milliseconds limit);
@@ -107,6 +121,13 @@ class KubernetesBackend final : public Backend {
   std::string last_queued_reason_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<std::string, std::string>> deletions_ ABSL_GUARDED_BY(mu_);  // place, pod
   std::deque<std::string> creations_ ABSL_GUARDED_BY(mu_);  // places to give a new pod
+  // Places whose (gated) pod waits for admission, and when to try next.
+  std::vector<std::string> waiting_admission_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point next_admission_ ABSL_GUARDED_BY(mu_);
+  int admission_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, nlohmann::json> manifests_ ABSL_GUARDED_BY(mu_);  // by place
+  std::unique_ptr<AdmissionLease> lease_;  // commander thread only
+  bool fit_unavailable_ = false;  // commander thread only: no right to read nodes and pods
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;

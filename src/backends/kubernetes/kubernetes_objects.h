@@ -21,6 +21,8 @@ inline constexpr char kJobLabel[] = "shoal.io/job";      // JobObjectName(job id
 inline constexpr char kRoleLabel[] = "shoal.io/role";    // on pods
 inline constexpr char kPlaceLabel[] = "shoal.io/place";  // on pods: role.index
 inline constexpr char kJobIdAnnotation[] = "shoal.io/job-id";  // the whole job id
+// The scheduling gate on every pod until Shoal's gang admission releases it.
+inline constexpr char kGangGate[] = "shoal.io/gang";
 // The Secret's key holding the token the agents present to the master.
 inline constexpr char kTokenSecretKey[] = "token";
 // Memory a pod gets beyond its task's, for the agent beside it (as on YARN).

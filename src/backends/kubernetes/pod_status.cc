@@ -147,6 +147,7 @@ PodObservation ObservePod(const nlohmann::json& pod, bool deleted) {
   }
   if (!out.node.empty()) {
     out.state = PodObservation::State::kScheduled;
+    out.running = phase == "Running";
     return out;
   }
   out.state = PodObservation::State::kWaiting;

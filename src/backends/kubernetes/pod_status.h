@@ -27,6 +27,7 @@ struct PodObservation {
   std::string node;      // spec.nodeName once scheduled
   std::string reason;    // one line a user understands, for kWaiting (maybe empty) and after
   bool preempted = false;  // the scheduler or an eviction took it away (not the task's fault)
+  bool running = false;       // phase Running: its containers started (images pulled)
   bool agent_exited = false;  // the agent's container ended by itself (its log says why)
 };
 
