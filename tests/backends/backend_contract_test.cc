@@ -26,10 +26,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "backends/kubernetes/kube_client.h"
+#include "backends/kubernetes/kube_config.h"
+#include "backends/kubernetes/kubernetes_backend.h"
+#include "backends/kubernetes/kubernetes_objects.h"
 #include "backends/local/local_backend.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
 #include "backends/yarn/yarn_backend.h"
+#include "common/local_address.h"
 #include "machine/inventory.h"
 
 namespace shoal::backends {
@@ -196,6 +201,37 @@ Flavour YarnFlavour() {
           }};
 }
 
+// The project's Kubernetes test cluster (tests/kubernetes/cluster.sh), through $KUBECONFIG.
+// Its pods' processes are processes of this machine, so AgentsOf finds their agents too.
+Flavour KubernetesFlavour() {
+  return {"Kubernetes",
+          [](const std::string& dir, const std::string& job_id) -> std::unique_ptr<Backend> {
+            KubernetesBackendOptions o;
+            auto kube = LoadKubeConfig(std::nullopt);
+            EXPECT_TRUE(kube.ok()) << kube.status();
+            if (kube.ok()) o.kube = *kube;
+            o.ns = "default";
+            o.task_image = "localhost/shoal-python:test";
+            o.image_pull_policy = "Never";
+            o.state_dir = dir + "/kubernetes";
+            return std::make_unique<KubernetesBackend>(o);
+          },
+          "",
+          [](const std::string& job_id) {
+            auto kube = LoadKubeConfig(std::nullopt);
+            if (!kube.ok()) return true;
+            auto client = KubeClient::Create(*kube);
+            if (!client.ok()) return true;
+            std::string selector = absl::StrCat("shoal.io%2Fjob%3D", JobObjectName(job_id));
+            for (const char* kind : {"pods", "secrets", "configmaps"}) {
+              auto list = (*client)->Get(
+                  absl::StrCat("/api/v1/namespaces/default/", kind, "?labelSelector=", selector));
+              if (!list.ok() || !(*list)["items"].empty()) return true;
+            }
+            return false;
+          }};
+}
+
 class BackendContractTest : public ::testing::TestWithParam<Flavour> {
  protected:
   void SetUp() override {
@@ -215,6 +251,15 @@ class BackendContractTest : public ::testing::TestWithParam<Flavour> {
       ASSERT_TRUE(std::filesystem::is_regular_file(SHOAL_DEFAULT_YARN_AM_JAR))
           << "no application master jar: src/backends/yarn/am/build.sh";
       auto address = YarnBackend::AddressTowardsResourceManager(rm);
+      ASSERT_TRUE(address.ok()) << address.status();
+      listen_host_ = *address;
+    } else if (GetParam().name == "Kubernetes") {
+      // Brought up by ctest's kubernetes_cluster fixture; without it this must fail, loudly.
+      ASSERT_NE(std::getenv("KUBECONFIG"), nullptr)
+          << "KUBECONFIG is not set: start the test cluster (tests/kubernetes/cluster.sh up) "
+             "and export the KUBECONFIG=... line it prints";
+      // Pods reach this machine at its default route's address (the cluster is on it).
+      auto address = common::LocalAddressTowards("203.0.113.1", "9", "the default route");
       ASSERT_TRUE(address.ok()) << address.status();
       listen_host_ = *address;
     } else {
@@ -330,7 +375,8 @@ TEST_P(BackendContractTest, ReleaseLeavesNothingRunningOrHeld) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContractTest,
-                         ::testing::Values(LocalFlavour(), SlurmFlavour(), YarnFlavour()),
+                         ::testing::Values(LocalFlavour(), SlurmFlavour(), YarnFlavour(),
+                                           KubernetesFlavour()),
                          [](const ::testing::TestParamInfo<Flavour>& p) { return p.param.name; });
 
 }  // namespace

@@ -373,3 +373,88 @@ def test_two_gangs_racing_for_the_same_room_run_one_after_the_other(write_job, w
     # Their tasks never ran at the same time (1 s for the events' clock rounding).
     assert second[0] >= first[1] - 1, spans
     assert waited, "neither job said it waited for room"
+
+
+PRIORITY_CLASSES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: shoal-test-low}
+value: 100
+description: Shoal's tests - an elastic training job that may be preempted
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: shoal-test-high}
+value: 1000
+description: Shoal's tests - a job that preempts the elastic one
+"""
+
+
+def world_sizes(job_dir):
+    return [e["world_size"] for e in e2e.events_of(e2e.read_events(job_dir), "rendezvous")]
+
+
+def test_an_elastic_job_shrinks_when_preempted_and_grows_back(write_job, write_file, run_shoal,
+                                                              start_shoal, jobs_dir,
+                                                              shoal_status, tmp_path):
+    """EDL: a low-priority elastic job (2 to 3 workers of 0.5 cpu) on the 2-cpu node; a
+    high-priority job of 2 x 0.5 cpu comes: the scheduler preempts one elastic pod, the job goes
+    on as 2 from its checkpoint, its third pod waits for room without blocking anyone, and it
+    grows back to 3 when the high-priority job ends. It trains to within 2 points of an
+    undisturbed run."""
+    kubectl("apply", "-f", "-", stdin=PRIORITY_CLASSES)
+
+    def elastic_job(name, step_delay):
+        ckpt = tmp_path / f"ckpt-{name}"
+        ckpt.mkdir()
+        roles = f"""\
+  worker:
+    instances: {{min: 2, max: 3}}
+    command: [/usr/bin/python3, {TRAIN}, --epochs, "10", --checkpoint-every, "10",
+              --step-delay, "{step_delay}"]
+    working_dir: {e2e.EXAMPLE_DIR}
+    resources: {{cpus: 0.5, memory: 1GiB}}
+"""
+        extra = (f"framework: pytorch\non_failure: elastic\nmax_restarts: 10\n"
+                 f"backoff: {{initial: 1s, max: 2s}}\ncheckpoint: {{dir: {ckpt}}}\n")
+        path = k8s_job(write_job, name, roles, extra=extra, volumes=[ckpt])
+        text = path.read_text().replace("  image_pull_policy: Never\n",
+                                        "  image_pull_policy: Never\n"
+                                        "  priority_class: shoal-test-low\n")
+        path.write_text(text)
+        return path
+
+    calm = run_shoal("run", "--backend", "kubernetes", elastic_job("edl-calm", 0.02),
+                     timeout=300)
+    assert calm.returncode == 0, calm.stderr[-3000:]
+    baseline = [float(line.split("=")[1]) for line in calm.stdout.splitlines()
+                if "final_accuracy=" in line][-1]
+
+    client = start_shoal("run", "--backend", "kubernetes", elastic_job("edl", 0.4))
+    job_dir = e2e.wait_for_job(jobs_dir, "edl", timeout=60)
+    e2e.wait_until(lambda: (s := shoal_status(job_dir.name))["state"] == "running"
+                   and sum(t["in_world"] and t["state"] == "running" for t in s["tasks"]) == 3,
+                   180, "the elastic job running as 3")
+    script = write_file("ticker.py", TICKER)
+    high = k8s_job(write_job, "urgent", f"""\
+  worker:
+    instances: 2
+    command: [/usr/bin/python3, {script}, "40"]
+    resources: {{cpus: 0.5, memory: 256MiB}}
+""", volumes=[script.parent])
+    high.write_text(high.read_text().replace("  image_pull_policy: Never\n",
+                                             "  image_pull_policy: Never\n"
+                                             "  priority_class: shoal-test-high\n"))
+    urgent = run_shoal("run", "--backend", "kubernetes", high, timeout=300)
+    assert urgent.returncode == 0, urgent.stderr[-3000:]
+
+    rc = client.wait(600)
+    assert rc == 0, f"rc={rc}\n{client.stderr()[-4000:]}"
+    accuracy = [float(line.split("=")[1]) for line in client.stdout().splitlines()
+                if "final_accuracy=" in line][-1]
+    assert abs(accuracy - baseline) <= 0.02, (accuracy, baseline)
+    sizes = world_sizes(job_dir)
+    assert sizes[0] == 3 and 2 in sizes and sizes[-1] == 3, sizes
+    assert sizes.index(2) < len(sizes) - 1 - sizes[::-1].index(3), sizes
+    events = e2e.read_events(job_dir)
+    assert "PreemptionByScheduler" in json.dumps(events), "no event names the preemption"

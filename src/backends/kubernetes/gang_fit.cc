@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/ascii.h"
@@ -184,9 +185,18 @@ GangFit FitGang(const std::vector<nlohmann::json>& nodes, const std::vector<nloh
     by_name[room.name] = rooms.size();
     rooms.push_back(std::move(room));
   }
+  // The gang's priority (the API server fills spec.priority from priorityClassName): bound pods
+  // of lower priority are room the scheduler will preempt for it.
+  int64_t gang_priority = std::numeric_limits<int64_t>::max();
+  for (const nlohmann::json& pod : gang) {
+    const nlohmann::json& p = Field(Field(pod, "spec"), "priority");
+    gang_priority = std::min<int64_t>(gang_priority, p.is_number() ? p.get<int64_t>() : 0);
+  }
   for (const nlohmann::json& pod : bound) {
     auto it = by_name.find(Str(Field(pod, "spec"), "nodeName"));
     if (it == by_name.end()) continue;
+    const nlohmann::json& p = Field(Field(pod, "spec"), "priority");
+    if (!gang.empty() && (p.is_number() ? p.get<int64_t>() : 0) < gang_priority) continue;
     PodRequest r = RequestOf(pod);
     NodeRoom& room = rooms[it->second];
     room.free.milli_cpus -= r.milli_cpus;

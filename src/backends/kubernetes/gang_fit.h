@@ -42,7 +42,8 @@ struct GangFit {
 // Can every pod of `gang` be placed on `nodes` (Node objects) given `bound` (the cluster's pods
 // bound to a node and not ended)? Honours each node's allocatable cpu, memory, nvidia.com/gpu
 // and pods, `unschedulable`, NoSchedule/NoExecute taints against the gang pod's tolerations,
-// and its nodeSelector. First fit, largest pods first.
+// and its nodeSelector. Bound pods of lower priority than the gang's (spec.priority) count as
+// free: the scheduler preempts them for it. First fit, largest pods first.
 GangFit FitGang(const std::vector<nlohmann::json>& nodes, const std::vector<nlohmann::json>& bound,
                 const std::vector<nlohmann::json>& gang);
 

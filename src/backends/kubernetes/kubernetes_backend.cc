@@ -165,7 +165,8 @@ absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t att
   }
   if (options_.gang_admission) {
     absl::MutexLock lock(&mu_);
-    manifests_[place] = std::move(pod);
+    // The object as created holds what admission plugins filled in (spec.priority).
+    manifests_[place] = created.ok() ? std::move(*created) : std::move(pod);
     waiting_admission_.push_back(place);
   }
   return absl::OkStatus();

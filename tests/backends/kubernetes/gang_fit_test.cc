@@ -64,6 +64,17 @@ TEST(GangFit, AGangFitsWhatIsFreeAfterTheBoundPods) {
   EXPECT_THAT(two.nodes, ElementsAre("b", "b"));
 }
 
+TEST(GangFit, PodsOfLowerPriorityAreRoomTheSchedulerWillPreempt) {
+  std::vector<nlohmann::json> nodes = {Node("a", "2", "8Gi")};
+  nlohmann::json low = Pod("1500m", "1Gi", 0, "a");
+  low["spec"]["priority"] = 100;
+  nlohmann::json gang_pod = Pod("1", "1Gi");
+  gang_pod["spec"]["priority"] = 100;
+  EXPECT_FALSE(FitGang(nodes, {low}, {gang_pod}).fits);  // equal priority: no preemption
+  gang_pod["spec"]["priority"] = 1000;
+  EXPECT_TRUE(FitGang(nodes, {low}, {gang_pod}).fits);
+}
+
 TEST(GangFit, LargestPodsGoFirst) {
   // First fit in the given order would put the small pod on a and leave no room for the big one.
   std::vector<nlohmann::json> nodes = {Node("a", "4", "8Gi"), Node("b", "1", "8Gi")};
