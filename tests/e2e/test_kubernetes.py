@@ -398,7 +398,7 @@ def test_an_elastic_job_shrinks_when_preempted_and_grows_back(write_job, write_f
                                                               start_shoal, jobs_dir,
                                                               shoal_status, tmp_path):
     """EDL: a low-priority elastic job (2 to 3 workers of 0.5 cpu) on the 2-cpu node; a
-    high-priority job of 2 x 0.5 cpu comes: the scheduler preempts one elastic pod, the job goes
+    high-priority job of 2 x 0.45 cpu comes: the scheduler preempts one elastic pod, the job goes
     on as 2 from its checkpoint, its third pod waits for room without blocking anyone, and it
     grows back to 3 when the high-priority job ends. It trains to within 2 points of an
     undisturbed run."""
@@ -440,7 +440,7 @@ def test_an_elastic_job_shrinks_when_preempted_and_grows_back(write_job, write_f
   worker:
     instances: 2
     command: [/usr/bin/python3, {script}, "40"]
-    resources: {{cpus: 0.5, memory: 256MiB}}
+    resources: {{cpus: 0.45, memory: 256MiB}}
 """, volumes=[script.parent])
     high.write_text(high.read_text().replace("  image_pull_policy: Never\n",
                                              "  image_pull_policy: Never\n"

@@ -455,7 +455,15 @@ void KubernetesBackend::TryAdmit() {
     lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
                                               job_id_, options_.admission_lease_duration);
   }
-  absl::StatusOr<bool> held = lease_->TryAcquire();
+  absl::StatusOr<bool> held = lease_unavailable_ ? true : lease_->TryAcquire();
+  if (!held.ok() && held.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Admission still checks the room and releases the gang whole; only racing admissions of
+    // other jobs are no longer kept apart (the take-back after the timeout still bounds them).
+    lease_unavailable_ = true;
+    spdlog::warn("may not use the admission lease {} in namespace {} ({}): admitting without "
+                 "it", options_.admission_lease, options_.ns, std::string(held.status().message()));
+    held = true;
+  }
   if (!held.ok()) {
     spdlog::warn("cannot take the admission lease {} in namespace {}: {}; retrying",
                  options_.admission_lease, options_.ns, held.status().ToString());
@@ -675,7 +683,7 @@ void KubernetesBackend::Release() {
   }
   if (watcher_.joinable()) watcher_.join();
   if (commander_.joinable()) commander_.join();
-  if (lease_ != nullptr) lease_->Release();
+  if (lease_ != nullptr && !lease_unavailable_) lease_->Release();
   if (client_ == nullptr || context_.job_object.empty()) return;
   // The pods first, with their grace period: each agent stops its task on SIGTERM. Then the
   // owner, whose deletion takes the Secret and anything else left with it.

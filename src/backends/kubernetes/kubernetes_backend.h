@@ -128,6 +128,7 @@ class KubernetesBackend final : public Backend {
   std::map<std::string, nlohmann::json> manifests_ ABSL_GUARDED_BY(mu_);  // by place
   std::unique_ptr<AdmissionLease> lease_;  // commander thread only
   bool fit_unavailable_ = false;  // commander thread only: no right to read nodes and pods
+  bool lease_unavailable_ = false;  // commander thread only: no right to use the lease
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
