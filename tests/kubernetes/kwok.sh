@@ -33,9 +33,10 @@ TAINT_KEY=kwok.x-k8s.io/node
 # Pod addresses kwok hands out: never routed, apart from the cluster's bridge (10.244.0.0/24)
 # and Service range (10.96.0.0/24).
 POD_CIDR=10.250.0.0/16
-# kwok's own stage files (kustomize/stage/ in its module) it is run with.
+# kwok's own stage files (kustomize/stage/ in its module) it is run with. Not its
+# pod-complete: a Job's pods stay Running, as a Shoal job's do, so that the two compare.
 STAGES=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
-  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+  pod/fast/pod-ready.yaml pod/fast/pod-delete.yaml)
 
 log() { echo "kwok: $*"; }
 die() { echo "kwok: error: $*" >&2; exit 1; }
@@ -83,7 +84,7 @@ cmd_build() {
     "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" || die "go install sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION failed"
   # kwok does nothing without stages (what it does to a node or pod in which state); its
   # module publishes its "fast" ones: nodes Ready at once with lease heartbeats, pods Running
-  # at once (a Job's pods then Succeeded), deleted pods removed at once.
+  # at once, deleted pods removed at once.
   local module_dir stage
   module_dir=$("$GO" mod download -json "sigs.k8s.io/kwok@v$KWOK_VERSION" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') ||
