@@ -158,7 +158,8 @@ class PodWatch:
             if pod.get("spec", {}).get("nodeName") and "bound" not in p:
                 p["bound"] = now
                 p["node"] = pod["spec"]["nodeName"]
-            if pod.get("status", {}).get("phase") in ("Running", "Succeeded") and "running" not in p:
+            phase = pod.get("status", {}).get("phase")
+            if phase in ("Running", "Succeeded") and "running" not in p:
                 p["running"] = now
             if event["type"] == "DELETED":
                 p["gone"] = now
@@ -369,7 +370,8 @@ def main():
     nodes = kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").stdout.split()
     result["nodes"] = len(nodes)
     if len(nodes) < args.nodes:
-        result["error"] = f"{len(nodes)} fake nodes, {args.nodes} wanted: kwok.sh nodes {args.nodes}"
+        result["error"] = (f"{len(nodes)} fake nodes, {args.nodes} wanted: "
+                           f"tests/kubernetes/kwok.sh nodes {args.nodes}")
         c.emit(result)
         return
     ns = f"bench-kwok-{uuid.uuid4().hex[:6]}"

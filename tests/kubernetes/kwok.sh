@@ -74,14 +74,15 @@ cmd_build() {
     log "kwok cached at $bin"
     return 0
   fi
-  log "building kwok v$KWOK_VERSION with $(go_version) into $(dirname "$bin") (about 1.5 minutes on 2 cores)"
+  log "building kwok v$KWOK_VERSION with $(go_version) into $(dirname "$bin") (about a minute on 2 cores)"
   local t0=$SECONDS work
   work=$(mktemp -d)
   # shellcheck disable=SC2064 # expand now: $work is local
   trap "rm -rf '$work'" EXIT
   # kwok's module has no replace lines: `go install` builds it as published.
   GOBIN=$work CGO_ENABLED=0 "$GO" install -p 2 -trimpath -ldflags "-s -w" \
-    "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" || die "go install sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION failed"
+    "sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION" ||
+    die "go install sigs.k8s.io/kwok/cmd/kwok@v$KWOK_VERSION failed"
   # kwok does nothing without stages (what it does to a node or pod in which state); its
   # module publishes its "fast" ones: nodes Ready at once with lease heartbeats, pods Running
   # at once, deleted pods removed at once.
@@ -157,6 +158,12 @@ node_names() {
   kubectl_ get nodes -l "$NODE_LABEL" -o 'jsonpath={range .items[*]}{.metadata.name}{"\n"}{end}'
 }
 
+ready_nodes() {
+  kubectl_ get nodes -l "$NODE_LABEL" \
+    -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' |
+    grep -c True || true
+}
+
 node_manifest() {
   local name=$1
   cat <<EOF
@@ -176,7 +183,8 @@ EOF
 
 # The pods bound to fake nodes, in every namespace, as NAMESPACE/NAME lines.
 pods_on_fake_nodes() {
-  kubectl_ get pods -A -o 'jsonpath={range .items[*]}{.spec.nodeName} {.metadata.namespace}/{.metadata.name}{"\n"}{end}' |
+  kubectl_ get pods -A \
+    -o 'jsonpath={range .items[*]}{.spec.nodeName} {.metadata.namespace}/{.metadata.name}{"\n"}{end}' |
     awk -v p="$NODE_PREFIX" 'index($1, p) == 1 {print $2}'
 }
 
@@ -222,11 +230,13 @@ cmd_nodes() {
     log "deleted ${#extra[@]} fake nodes"
   fi
   [ "$want" -eq 0 ] && return 0
-  kwok_pid >/dev/null || { log "kwok is not running: the nodes stay NotReady until kwok.sh up"; return 0; }
+  if ! kwok_pid >/dev/null; then
+    log "kwok is not running: the nodes stay NotReady until kwok.sh up"
+    return 0
+  fi
   local _ ready
   for _ in $(seq 120); do
-    ready=$(kubectl_ get nodes -l "$NODE_LABEL" \
-      -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
+    ready=$(ready_nodes)
     [ "$ready" -ge "$want" ] && { log "$ready fake nodes Ready"; return 0; }
     sleep 0.5
   done
@@ -258,7 +268,8 @@ cmd_down() {
   if bash "$HERE/cluster.sh" status >/dev/null 2>&1; then
     # Pods first, while kwok still answers for their nodes, then the nodes.
     delete_pods_on_fake_nodes
-    kubectl_ delete nodes -l "$NODE_LABEL" --wait=false >/dev/null || die "cannot delete the fake nodes"
+    kubectl_ delete nodes -l "$NODE_LABEL" --wait=false >/dev/null ||
+      die "cannot delete the fake nodes"
   fi
   stop_kwok
   log "down"
@@ -269,8 +280,7 @@ cmd_status() {
   pid=$(kwok_pid) || { log "kwok is not running"; return 1; }
   local total ready
   total=$(node_names | grep -c . || true)
-  ready=$(kubectl_ get nodes -l "$NODE_LABEL" \
-    -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c True || true)
+  ready=$(ready_nodes)
   log "kwok running (pid $pid): $ready of $total fake nodes Ready"
   [ "$total" -gt 0 ] && [ "$ready" -eq "$total" ]
 }
@@ -283,7 +293,12 @@ usage() {
 case "${1:-}" in
   build) [ $# -eq 1 ] || die "build takes no arguments"; cmd_build ;;
   up) [ $# -eq 1 ] || die "up takes no arguments (the node count is \$SHOAL_KWOK_NODES)"; cmd_up ;;
-  nodes) [ $# -eq 2 ] || die "nodes takes a number of nodes"; require_root; cluster_up; cmd_nodes "$2" ;;
+  nodes)
+    [ $# -eq 2 ] || die "nodes takes a number of nodes"
+    require_root
+    cluster_up
+    cmd_nodes "$2"
+    ;;
   down) [ $# -eq 1 ] || die "down takes no arguments"; cmd_down ;;
   status) [ $# -eq 1 ] || die "status takes no arguments"; cmd_status ;;
   -h | --help | help | '') usage ;;
