@@ -26,7 +26,7 @@ Costs:
   shoal: api_requests_per_pod, from the master's log line "N API requests to the API server
          for M pods" (its KubeClient's count, written when it releases the job);
          master_cpu_s, utime + stime of the master (pid in master.json) from /proc, sampled
-         until it exits (its last sample);
+         until it exits (its last sample), and master_peak_rss_mb, its VmHWM then;
   job:   controller_manager_cpu_s, the kube-controller-manager's CPU over the same span (the
          Job controller lives there; the other controllers are idle on this cluster);
   both:  apiserver_requests, the API server's own count (apiserver_request_total) of requests
@@ -191,6 +191,17 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mb(pid):
+    """The process's peak resident memory (VmHWM) in MB, or None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def wait(predicate, timeout, interval=0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -270,6 +281,7 @@ def run_shoal(args, api, watch, ns, jobs_dir, n, rep):
         if s is None or not c.proc_alive(master):
             break
         cpu["last"] = s
+        out["master_peak_rss_mb"] = peak_rss_mb(master) or out.get("master_peak_rss_mb")
         time.sleep(0.1)
     out["master_cpu_s"] = cpu["last"]
     after = api.pod_request_counts()
@@ -408,7 +420,8 @@ def main():
         kubectl("delete", "namespace", ns, "--wait=false")
     times = ["created_s", "admission_s", "running_s", "pods_gone_s", "teardown_s"]
     result["shoal"] = summarize(runs["shoal"], times + ["api_requests_per_pod", "master_cpu_s",
-                                                        "master_cpu_to_running_s"])
+                                                        "master_cpu_to_running_s",
+                                                        "master_peak_rss_mb"])
     result["job"] = summarize(runs["job"], times + ["controller_manager_cpu_s",
                                                     "controller_manager_cpu_to_running_s"])
     for key in ("admission_s", "running_s", "teardown_s"):
