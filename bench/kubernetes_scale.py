@@ -241,8 +241,12 @@ def run_shoal(args, api, watch, ns, jobs_dir, n, rep):
     mine = lambda labels: labels.get("shoal.io/job", "").endswith(job_id)  # noqa: E731
     cpu = {"last": cpu_seconds(master)}
 
-    def all_running():
+    def sample():
         cpu["last"] = cpu_seconds(master) or cpu["last"]
+        out["master_peak_rss_mb"] = peak_rss_mb(master) or out.get("master_peak_rss_mb")
+
+    def all_running():
+        sample()
         return nth(watch.of(mine), "running", n)
     if not wait(all_running, args.timeout):
         out["error"] = f"not all {n} pods ran within {args.timeout} s"
@@ -264,7 +268,7 @@ def run_shoal(args, api, watch, ns, jobs_dir, n, rep):
         out["kill"] = f"rc={k.returncode}: {k.stderr.strip()[-200:]}"
 
     def gone():
-        cpu["last"] = cpu_seconds(master) or cpu["last"]
+        sample()
         ps = watch.of(mine)
         return len([p for p in ps if "gone" in p]) >= n and not shoal_objects(ns)
     if not wait(gone, args.timeout, interval=0.5):
@@ -280,8 +284,7 @@ def run_shoal(args, api, watch, ns, jobs_dir, n, rep):
         s = cpu_seconds(master)
         if s is None or not c.proc_alive(master):
             break
-        cpu["last"] = s
-        out["master_peak_rss_mb"] = peak_rss_mb(master) or out.get("master_peak_rss_mb")
+        sample()
         time.sleep(0.1)
     out["master_cpu_s"] = cpu["last"]
     after = api.pod_request_counts()
