@@ -44,10 +44,16 @@ void Admission::ArmRegisterTimer() {
   host_->CancelTimer(register_timer_);
   register_timer_ = host_->PostAfter(options_.register_timeout, [this] {
     if (job_->rendezvous_done || host_->Ending()) return;
+    // A few names and a count: a reason that named each of a thousand places would be
+    // kilobytes in every journal record, status and message that carries it.
+    constexpr int kNamed = 10;
     std::string missing;
+    int count = 0;
     for (const auto& g : job_->grants) {
-      if (!host_->Registered(g.name)) missing += (missing.empty() ? "" : ", ") + g.name;
+      if (host_->Registered(g.name)) continue;
+      if (++count <= kNamed) missing += (missing.empty() ? "" : ", ") + g.name;
     }
+    if (count > kNamed) absl::StrAppend(&missing, " and ", count - kNamed, " more");
     host_->BeginStopping(JobPhase::kFailed,
                          absl::StrFormat("agents on %s did not register within %.1fs", missing,
                                          options_.register_timeout.count() / 1000.0));

@@ -556,6 +556,8 @@ stop_shims() {
 }
 
 stop_cluster() {
+  # kwok (tests/kubernetes/kwok.sh), if started: its fake nodes go with etcd's data below.
+  stop_daemon kwok
   # The kubelet first, so that it restarts nothing we stop below.
   stop_daemon kubelet
   stop_containers

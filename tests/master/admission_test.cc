@@ -5,6 +5,7 @@
 
 #include <deque>
 
+#include "absl/strings/str_cat.h"
 #include "spec/spec_parser.h"
 
 namespace shoal::master {
@@ -126,6 +127,35 @@ TEST(AdmissionTest, WaitsQueuedWhileTheBackendIsBusyThenStartsTheAgents) {
   // n1's agent never registers: the job fails, naming it.
   host.RunTimers();
   EXPECT_EQ(host.stopped, "failed: agents on n1 did not register within 30.0s");
+}
+
+TEST(AdmissionTest, ThousandsOfMissingAgentsAreNamedBrieflyInTheReason) {
+  // A 1,000-place job whose agents never register (kwok's fake nodes run nothing): the
+  // reason, journaled and shown by status and the client, names a few and counts the rest.
+  auto spec = spec::ParseJobSpec(R"(
+name: wide
+roles:
+  worker:
+    instances: 1000
+    command: ["/bin/true"]
+)",
+                                 "job.yaml", "/tmp", /*sections=*/{});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  JournaledState job("a-wide", *spec);
+  ScriptedBackend backend;
+  std::vector<backends::NodeGrant> grants;
+  for (int i = 0; i < 1000; ++i) grants.push_back(Grant(absl::StrCat("worker.", i), 1));
+  backend.answers = {grants};
+  RecordingHost host(&job);
+  host.registered = {"worker.0", "worker.2"};
+  Admission admission(&job, &backend, &host, {"a-wide", std::chrono::milliseconds(1000),
+                                             std::chrono::milliseconds(30000)});
+  admission.TryAdmit();
+  host.RunTimers();
+  EXPECT_EQ(host.stopped,
+            "failed: agents on worker.1, worker.3, worker.4, worker.5, worker.6, worker.7, "
+            "worker.8, worker.9, worker.10, worker.11 and 988 more did not register within "
+            "30.0s");
 }
 
 TEST(AdmissionTest, ARefusalOrATaskThatFitsNowhereFailsTheJob) {

@@ -703,6 +703,14 @@ void KubernetesBackend::Release() {
   if (!owner.ok() && owner.status().code() != absl::StatusCode::kNotFound) {
     spdlog::warn("cannot delete the job's owner configmap: {}", owner.status().ToString());
   }
+  // What the job cost the API server, for bench/kubernetes_scale.py (its requests per pod).
+  size_t pods_made = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, place] : places_) pods_made += place.attempt + 1;
+  }
+  spdlog::info("job {}: {} API requests to the API server for {} pods", job_id_,
+               client_->requests(), pods_made);
 }
 
 }  // namespace shoal::backends
