@@ -119,10 +119,12 @@ class Runner:
         try:
             pods = self.watch.wait_running(mine, n, self.args.timeout)
             _, rec = journal.wait_for(
-                lambda r: r.get("type") == "job_state" and r.get("to") == "running",
+                lambda r: (r.get("type") == "job_finished"
+                           or r.get("type") == "job_state" and r.get("to") == "running"),
                 self.args.timeout, poll_s=0.01)
-            if pods is None or rec is None:
-                return None, f"{mode}: the job did not start; {self.watch.error or ''}"
+            if pods is None or rec is None or rec.get("type") == "job_finished":
+                why = (rec or {}).get("reason") or self.watch.error or "timed out"
+                return None, f"{mode}: the job did not start: {why}"
             if self.shoal_spec is None:
                 _, doc = self.api.request("GET",
                                           f"/api/v1/namespaces/{self.ns}/pods/{pods[0].name}")

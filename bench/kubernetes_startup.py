@@ -146,11 +146,12 @@ class Runner:
             def tasks_running(rec):
                 if rec.get("type") == "task_state" and rec.get("to") == "running":
                     running.setdefault(rec["task"], c.record_us(rec))
-                return len(running) >= n
+                return len(running) >= n or rec.get("type") == "job_finished"
             _, last = journal.wait_for(tasks_running, self.args.timeout, poll_s=0.01)
-            if pods is None or last is None:
+            if pods is None or last is None or len(running) < n:
+                why = (last or {}).get("reason") or self.watch.error or "timed out"
                 return None, (f"shoal: {len(running)} of {n} tasks running, pods "
-                              f"{'all' if pods else 'not all'} running; {self.watch.error or ''}")
+                              f"{'all' if pods else 'not all'} running: {why}")
             if self.shoal_spec is None:
                 status, doc = self.api.request(
                     "GET", f"/api/v1/namespaces/{self.ns}/pods/{pods[0].name}")
