@@ -19,6 +19,10 @@ Modes, each repetition running all of them back to back in a rotating order (ABC
   job_init   the same Job with Shoal's init container too (copying the agent from the agent
              image into an emptyDir mounted in the task container): the part of the ratio that
              is the init container's.
+  job_shoal_pod  a Job whose pod template is Shoal's pod as it is (init container, the agent's
+             environment with the token from a Secret, created in the timed window as Shoal
+             creates its own), only the command being the sleep: what is left of the ratio
+             beyond it is Shoal's control path (client, master, creating pods one by one).
   job_again  `job` once more: the A/A pair, which says how much two identical runs differ.
 Figures per run (ms from t0; t0 is taken just before the submitting command or request):
   pods_created_ms   the last of the N pods first seen by the watch
@@ -50,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
 import _kube as k  # noqa: E402
 
-MODES = ["shoal", "job", "job_init", "job_again"]
+MODES = ["shoal", "job", "job_init", "job_shoal_pod", "job_again"]
 SLEEP = ["/usr/bin/python3", "-c", "import time; time.sleep(600)"]
 TARGET_RATIO = 1.1
 
@@ -90,6 +94,19 @@ def fallback_template(args):
                                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}}],
             "volumes": [{"name": "shoal-agent", "emptyDir": {}}],
             "enableServiceLinks": False, "automountServiceAccountToken": False}
+
+
+def shoal_pod_spec(shoal_spec, secret):
+    """Shoal's pod spec as it is, with the sleep as its command and its token Secret renamed."""
+    spec = {key: copy.deepcopy(value) for key, value in shoal_spec.items()
+            if key not in ("nodeName", "schedulerName", "priority", "preemptionPolicy")}
+    task = spec["containers"][0]
+    task["command"] = SLEEP
+    for env in task.get("env", []):
+        ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+        if ref:
+            ref["name"] = secret
+    return spec
 
 
 def job_pod_spec(shoal_spec, with_init):
@@ -168,8 +185,17 @@ class Runner:
     def run_job(self, n, mode):
         self.runs += 1
         name = f"kstart-{mode.replace('_', '-')}-{n}-{self.runs}"
-        spec = job_pod_spec(self.shoal_spec or fallback_template(self.args),
-                            with_init=(mode == "job_init"))
+        secret = None
+        if mode == "job_shoal_pod":
+            if self.shoal_spec is None:
+                return None, "job_shoal_pod: no Shoal pod was read in the warmup"
+            secret = f"{name}-token"
+            spec = shoal_pod_spec(self.shoal_spec, secret)
+            keys = [e["valueFrom"]["secretKeyRef"]["key"] for e in spec["containers"][0]["env"]
+                    if (e.get("valueFrom") or {}).get("secretKeyRef")]
+        else:
+            spec = job_pod_spec(self.shoal_spec or fallback_template(self.args),
+                                with_init=(mode == "job_init"))
         body = {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/created-by":
                                                       "shoal-bench"}},
@@ -179,6 +205,10 @@ class Runner:
         mine = lambda r: r.labels.get("batch.kubernetes.io/job-name") == name
         t0 = time.time()
         try:
+            if secret:
+                self.api.ok("POST", f"/api/v1/namespaces/{self.ns}/secrets",
+                            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+                             "stringData": {key: "bench" for key in keys}})
             self.api.ok("POST", path, body)
             pods = self.watch.wait_running(mine, n, self.args.timeout)
             if pods is None:
@@ -191,6 +221,8 @@ class Runner:
             self.api.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods?labelSelector="
                              f"batch.kubernetes.io%2Fjob-name%3D{name}",
                              {"gracePeriodSeconds": 0})
+            if secret:
+                self.api.request("DELETE", f"/api/v1/namespaces/{self.ns}/secrets/{secret}")
 
     def run(self, n, mode):
         err = self._settle()
@@ -228,6 +260,8 @@ def summarize(n, times, errors):
         if times["shoal"] and times["job"] else None)
     entry["job_init_over_job"] = ratio("job_init", "job")
     entry["shoal_over_job_init"] = ratio("shoal", "job_init")
+    entry["job_shoal_pod_over_job"] = ratio("job_shoal_pod", "job")
+    entry["shoal_over_job_shoal_pod"] = ratio("shoal", "job_shoal_pod")
     entry["aa_job_again_over_job"] = ratio("job_again", "job")
     if errors:
         entry["errors"] = errors[:5]

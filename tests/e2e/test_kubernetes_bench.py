@@ -66,13 +66,14 @@ def test_a_one_round_startup_run_reports_every_mode_and_leaves_nothing():
     assert "error" not in result, result
     entry = result["results"]["2"]
     assert "errors" not in entry, entry["errors"]
-    for mode in ("shoal", "job", "job_init", "job_again"):
+    for mode in ("shoal", "job", "job_init", "job_shoal_pod", "job_again"):
         created = summary(entry[mode]["pods_created_ms"])
         assert summary(entry[mode]["pods_running_ms"]) >= created, (mode, entry[mode])
     # Not ordered against pods_running: the kubelet may report a pod Running after its agent
     # has already started the task.
     summary(entry["shoal"]["tasks_running_ms"])
-    for key in ("shoal_over_job", "job_init_over_job", "aa_job_again_over_job"):
+    for key in ("shoal_over_job", "job_init_over_job", "job_shoal_pod_over_job",
+                "aa_job_again_over_job"):
         assert entry[key]["ratio_of_medians"] > 0, (key, entry[key])
         assert entry[key]["ci95"] is None, "one round is too few for an interval"
     # The anchors' pods are Shoal's own: the same image and resources, its init container.
