@@ -424,7 +424,7 @@ def test_an_elastic_job_shrinks_when_preempted_and_grows_back(write_job, write_f
         path.write_text(text)
         return path
 
-    calm = run_shoal("run", "--backend", "kubernetes", elastic_job("edl-calm", 0.02),
+    calm = run_shoal("run", "--backend", "kubernetes", elastic_job("undisturbed", 0.02),
                      timeout=300)
     assert calm.returncode == 0, calm.stderr[-3000:]
     baseline = [float(line.split("=")[1]) for line in calm.stdout.splitlines()
