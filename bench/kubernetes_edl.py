@@ -221,7 +221,10 @@ def main():
     p.add_argument("--node-cpus", type=float, default=2)
     p.add_argument("--figure", default=None)
     args = p.parse_args()
-    shoal = find_shoal(args.shoal)
+    shoal, why = find_shoal(args.shoal)
+    if shoal is None:
+        emit({"benchmark": "kubernetes_edl", "error": why})
+        return
     kubectl("apply", "-f", "-", stdin=PRIORITY_CLASSES)
     kubectl("create", "namespace", args.namespace, check=False)
     results = []
