@@ -35,6 +35,7 @@ BRIDGE=shoalk8s0
 POD_CIDR=10.244.0.0/24
 POD_NET_PREFIX=10.244.0.
 BRIDGE_ADDR=10.244.0.1
+BRIDGE_MAC=02:53:48:4f:41:4c   # locally administered, fixed: see start_network
 SERVICE_CIDR=10.96.0.0/24
 API_SERVICE_ADDR=10.96.0.1   # the `kubernetes` Service: what in-cluster clients are told
 API_PORT=6443
@@ -297,6 +298,11 @@ start_network() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge || fail "cannot create the bridge $BRIDGE"
   fi
+  # A bridge without an address of its own takes the lowest of its ports' MAC addresses, which
+  # changes as pods come and go; the pods' ARP entries for their gateway then point at the old
+  # one and their traffic to this machine is dropped until the entry expires (seen: agents
+  # silent for 20-30 s right after another pod started or stopped). A fixed one never changes.
+  ip link set "$BRIDGE" address "$BRIDGE_MAC"
   ip addr replace "$BRIDGE_ADDR/${POD_CIDR#*/}" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   ip route replace blackhole "$SERVICE_CIDR"
