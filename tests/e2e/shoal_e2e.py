@@ -7,6 +7,7 @@ fixed time and hopes.
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -255,3 +256,31 @@ def yarn_cluster_env():
                        timeout=60, env={**os.environ, "SHOAL_YARN_DIR": str(YARN_DIR)})
     assert r.returncode == 0, f"cluster.sh status: {r.stdout}{r.stderr}"
     return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The Kubernetes test cluster (tests/kubernetes/cluster.sh)
+
+KUBERNETES_CLUSTER_SH = REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
+
+
+def kubectl(*args, stdin=None, check=True, kubeconfig=None, timeout=120):
+    """The test cluster's own kubectl (cluster.sh kubectl; /usr/bin/kubectl may be another
+    version) on $KUBECONFIG or `kubeconfig`. With check, a failure fails the test."""
+    r = subprocess.run(["bash", str(KUBERNETES_CLUSTER_SH), "kubectl", "--kubeconfig",
+                        str(kubeconfig or os.environ["KUBECONFIG"]), *map(str, args)],
+                       input=stdin, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"kubectl {' '.join(map(str, args))}: rc={r.returncode}\n{r.stderr}"
+    return r
+
+
+def require_kubernetes_cluster():
+    """Fails loudly, saying how to start it, unless $KUBECONFIG names a test cluster that answers."""
+    config = os.environ.get("KUBECONFIG")
+    assert config and os.path.exists(config), (
+        "KUBECONFIG does not name the test cluster's kubeconfig: run these through ctest (its "
+        "kubernetes_cluster fixture starts the cluster) or run tests/kubernetes/cluster.sh up "
+        "and export the KUBECONFIG=... line it prints")
+    r = kubectl("get", "--raw", "/readyz", check=False)
+    assert r.returncode == 0, f"the test cluster's apiserver does not answer: {r.stderr}"

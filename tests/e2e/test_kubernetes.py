@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import uuid
 
@@ -19,30 +18,16 @@ import pytest
 
 import shoal_e2e as e2e
 
-CLUSTER_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
 IMAGE = "localhost/shoal-python:test"
 TRAIN = str(e2e.EXAMPLE_DIR / "train.py")
 
 
-def kubectl(*args, stdin=None, check=True, kubeconfig=None):
-    """The cluster's own kubectl (cluster.sh kubectl) on the test's KUBECONFIG."""
-    r = subprocess.run(["bash", str(CLUSTER_SH), "kubectl", "--kubeconfig",
-                        kubeconfig or os.environ["KUBECONFIG"], *args],
-                       input=stdin, capture_output=True, text=True, timeout=60)
-    if check:
-        assert r.returncode == 0, f"kubectl {' '.join(args)}: rc={r.returncode}\n{r.stderr}"
-    return r
+kubectl = e2e.kubectl
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    config = os.environ.get("KUBECONFIG")
-    assert config and os.path.exists(config), (
-        "KUBECONFIG does not name the test cluster's kubeconfig: run these through ctest (its "
-        "kubernetes_cluster fixture starts the cluster) or run tests/kubernetes/cluster.sh up "
-        "and export the KUBECONFIG=... line it prints")
-    r = kubectl("get", "--raw", "/readyz", check=False)
-    assert r.returncode == 0, f"the test cluster's apiserver does not answer: {r.stderr}"
+    e2e.require_kubernetes_cluster()
 
 
 def shoal_objects(namespace="default"):

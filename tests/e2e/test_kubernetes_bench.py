@@ -14,22 +14,15 @@ import pytest
 import shoal_e2e as e2e
 
 BENCH = e2e.REPO_ROOT / "bench"
-CLUSTER_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
 
 
 def kubectl(*args):
-    return subprocess.run(["bash", str(CLUSTER_SH), "kubectl", "--kubeconfig",
-                           os.environ["KUBECONFIG"], *args],
-                          capture_output=True, text=True, timeout=60)
+    return e2e.kubectl(*args, check=False, timeout=60)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    config = os.environ.get("KUBECONFIG")
-    assert config and os.path.exists(config), (
-        "KUBECONFIG does not name the test cluster's kubeconfig: run this through ctest or "
-        "export the KUBECONFIG=... line of tests/kubernetes/cluster.sh up")
-    assert kubectl("get", "--raw", "/readyz").returncode == 0
+    e2e.require_kubernetes_cluster()
 
 
 def run_bench(script, *args, timeout=280):

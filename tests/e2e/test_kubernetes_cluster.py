@@ -8,7 +8,6 @@ SHOAL_BIN=build/src/cli/shoal tests/kubernetes/cluster.sh up, then export the KU
 prints."""
 
 import json
-import os
 import subprocess
 import time
 import uuid
@@ -17,30 +16,16 @@ import pytest
 
 import shoal_e2e as e2e
 
-CLUSTER_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
 KUBECTL_TIMEOUT_S = 60
 POD_DEADLINE_S = 180
 
 
-def kubectl(*args, stdin=None, check=True):
-    """The cluster's own kubectl (cluster.sh kubectl), on the KUBECONFIG this test was given."""
-    r = subprocess.run(["bash", str(CLUSTER_SH), "kubectl", "--kubeconfig",
-                        os.environ["KUBECONFIG"], *args], input=stdin, capture_output=True,
-                       text=True, timeout=KUBECTL_TIMEOUT_S)
-    if check:
-        assert r.returncode == 0, f"kubectl {' '.join(args)}: rc={r.returncode}\n{r.stderr}"
-    return r
+kubectl = e2e.kubectl
 
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    config = os.environ.get("KUBECONFIG")
-    assert config and os.path.exists(config), (
-        "KUBECONFIG does not name the test cluster's kubeconfig: run these through ctest (its "
-        "kubernetes_cluster fixture starts the cluster) or run tests/kubernetes/cluster.sh up "
-        "and export the KUBECONFIG=... line it prints")
-    r = kubectl("get", "--raw", "/readyz", check=False)
-    assert r.returncode == 0, f"the test cluster's apiserver does not answer: {r.stderr}"
+    e2e.require_kubernetes_cluster()
 
 
 def run_pod(name, spec):

@@ -21,20 +21,12 @@ import pytest
 import shoal_e2e as e2e
 
 KWOK_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "kwok.sh"
-CLUSTER_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
 PODS = 1000
 FAKE_NODES = 100
 MANAGED = "app.kubernetes.io/managed-by=shoal"
 
 
-def kubectl(*args, check=True, timeout=120):
-    """The cluster's own kubectl (cluster.sh kubectl) on the test's KUBECONFIG."""
-    r = subprocess.run(["bash", str(CLUSTER_SH), "kubectl", "--kubeconfig",
-                        os.environ["KUBECONFIG"], *args],
-                       capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert r.returncode == 0, f"kubectl {' '.join(args)}: rc={r.returncode}\n{r.stderr}"
-    return r
+kubectl = e2e.kubectl
 
 
 @pytest.fixture(scope="module", autouse=True)

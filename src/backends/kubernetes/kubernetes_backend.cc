@@ -443,13 +443,12 @@ void KubernetesBackend::TryAdmit() {
     places = waiting_admission_;
     for (const std::string& place : places) gang.push_back(manifests_[place]);
   }
-  auto retry_later = [this](const std::string& why) {
+  auto retry_later = [this] {
     absl::MutexLock lock(&mu_);
     // 1 s, 2 s, 4 s, then every 5 s: capacity comes back when other jobs end.
     int n = std::min(admission_failures_++, 3);
     next_admission_ = std::chrono::steady_clock::now() +
                       std::min(Ms(1000) * (1 << n), Ms(5000));
-    (void)why;
   };
   if (lease_ == nullptr) {
     lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
@@ -467,13 +466,13 @@ void KubernetesBackend::TryAdmit() {
   if (!held.ok()) {
     spdlog::warn("cannot take the admission lease {} in namespace {}: {}; retrying",
                  options_.admission_lease, options_.ns, held.status().ToString());
-    retry_later("lease");
+    retry_later();
     return;
   }
   if (!*held) {
     Queue(absl::StrCat("waiting for job ", lease_->last_holder(),
                        ", which is being admitted (lease ", options_.admission_lease, ")"));
-    retry_later("lease held");
+    retry_later();
     return;
   }
   // Whether the whole gang fits what the cluster has free now. Without the right to read
@@ -492,7 +491,7 @@ void KubernetesBackend::TryAdmit() {
       } else {
         lease_->Release();
         spdlog::warn("cannot read the cluster's capacity: {}; retrying", st.ToString());
-        retry_later("capacity");
+        retry_later();
         return;
       }
     } else {
@@ -502,7 +501,7 @@ void KubernetesBackend::TryAdmit() {
       if (!fit.fits) {
         lease_->Release();
         Queue(fit.reason);
-        retry_later("no room");
+        retry_later();
         return;
       }
     }

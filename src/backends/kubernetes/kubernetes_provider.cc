@@ -44,15 +44,14 @@ absl::StatusOr<std::string> MasterAddressFor(const std::string& server) {
   return common::LocalAddressTowards("203.0.113.1", "9", "the default route");
 }
 
-absl::Status CheckFlagValue(const std::map<std::string, std::string>& flags, const char* name,
-                            bool (*valid)(absl::string_view), const char* form,
-                            std::vector<std::string>& problems) {
+void CheckFlagValue(const std::map<std::string, std::string>& flags, const char* name,
+                    bool (*valid)(absl::string_view), const char* form,
+                    std::vector<std::string>& problems) {
   auto it = flags.find(name);
   if (it != flags.end() && !valid(it->second)) {
     problems.push_back(
         absl::StrCat(name, ": must be ", form, ", got ", spec::DescribeText(it->second)));
   }
-  return absl::OkStatus();
 }
 
 std::string FlagOr(const std::map<std::string, std::string>& flags, const char* name,
@@ -96,9 +95,9 @@ absl::StatusOr<Preflight> KubernetesProvider::Check(const PreflightRequest& requ
   const KubernetesConfig& section = KubernetesConfigOf(*request.job);
   // The flags' own rules first: a mistyped flag is named as such, whatever else is missing.
   std::vector<std::string> problems;
-  (void)CheckFlagValue(request.flags, "--namespace", IsDnsLabel, kNamespaceForm, problems);
-  (void)CheckFlagValue(request.flags, "--image", IsImageReference, kImageForm, problems);
-  (void)CheckFlagValue(request.flags, "--agent-image", IsImageReference, kImageForm, problems);
+  CheckFlagValue(request.flags, "--namespace", IsDnsLabel, kNamespaceForm, problems);
+  CheckFlagValue(request.flags, "--image", IsImageReference, kImageForm, problems);
+  CheckFlagValue(request.flags, "--agent-image", IsImageReference, kImageForm, problems);
   if (auto it = request.flags.find("--kubeconfig");
       it != request.flags.end() && it->second.empty()) {
     problems.push_back("--kubeconfig: must be a file name, got ''");
