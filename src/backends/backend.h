@@ -69,6 +69,10 @@ class Backend {
     };
     Kind kind;
     std::string reason;
+    // kAllocated only: granted places whose agents come later, when the cluster has room for
+    // them (places of elastic roles beyond their min). The job may start without them; each
+    // joins when its agent registers.
+    std::vector<std::string> deferred = {};
   };
   using AllocationEventCallback = std::function<void(const AllocationEvent&)>;
 
