@@ -114,8 +114,9 @@ class Backend {
 
   // A new master took over the job after the previous one died: hold `grants` again (as
   // journaled by the previous master) and watch the agents it started, which keep running and
-  // reconnect by themselves. NotFound for a place whose agent is gone. Instead of Acquire and
-  // StartAgents.
+  // reconnect by themselves. NotFound for a place whose agent is gone, unless the backend can
+  // replace places: then it reports such a place through the place-lost callback. Instead of
+  // Acquire and StartAgents.
   virtual absl::Status Reattach(const std::string& job_id, const std::vector<NodeGrant>& grants,
                                 const AgentStartOptions& options) {
     return absl::UnimplementedError(Name() + " backend cannot re-attach to a running job");

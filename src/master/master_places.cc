@@ -14,6 +14,10 @@ namespace shoal::master {
 void Master::OnPlaceLost(const std::string& node, const std::string& why) {
   if (IsTerminal(job_.phase)) return;
   Record(PlaceLost{node, why});
+  // A place lost while a new master waits for it: it will not come back by itself.
+  if (awaiting_reattach_.erase(node) > 0 && awaiting_reattach_.empty()) {
+    admission_.CancelRegisterTimer();
+  }
   FailTasksOnNode(node, absl::StrCat("lost: ", why));
   // Nothing will report these tasks any more; the agent killed them or they died with it.
   agents_.DropNode(node);

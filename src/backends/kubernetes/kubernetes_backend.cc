@@ -80,7 +80,9 @@ std::vector<NodeGrant> KubernetesBackend::Init(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   for (const auto& role : job_.roles) {
     for (uint32_t i = 0; i < role.instances; ++i) {
-      places_[absl::StrCat(role.name, ".", i)] = Place{role.name, i};
+      Place place{role.name, i};
+      place.optional = role.min_instances > 0 && i >= role.min_instances;
+      places_[absl::StrCat(role.name, ".", i)] = std::move(place);
     }
   }
   return Places(job_);
@@ -163,8 +165,9 @@ absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t att
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
     return created.status();
   }
+  absl::MutexLock lock(&mu_);
+  places_[place].admitted = !options_.gang_admission;
   if (options_.gang_admission) {
-    absl::MutexLock lock(&mu_);
     // The object as created holds what admission plugins filled in (spec.priority).
     manifests_[place] = created.ok() ? std::move(*created) : std::move(pod);
     waiting_admission_.push_back(place);
@@ -199,6 +202,7 @@ absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
   {
     absl::MutexLock lock(&mu_);
     next_admission_ = std::chrono::steady_clock::now();
+    gang_admitted_ = !options_.gang_admission;
   }
   // Until every pod runs, the job is queued: admission, then images and the agent's install.
   Queue(options_.gang_admission ? "waiting for the gang's admission"
@@ -297,8 +301,12 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
         // A gated pod waits for Shoal's admission, which says why itself.
         if (gang_ || refused_ || pod.reason.empty()) break;
         int waiting = 0;
-        for (const auto& [name, p] : places_) waiting += p.scheduled ? 0 : 1;
-        std::string reason = absl::StrCat(waiting, " of ", places_.size(),
+        int admitted = 0;
+        for (const auto& [name, p] : places_) {
+          admitted += p.admitted ? 1 : 0;
+          waiting += p.admitted && !p.scheduled ? 1 : 0;
+        }
+        std::string reason = absl::StrCat(waiting, " of ", admitted,
                                           " pods wait for the Kubernetes scheduler");
         if (!pod.reason.empty()) absl::StrAppend(&reason, ": ", pod.reason);
         if (reason != last_queued_reason_) {
@@ -311,14 +319,24 @@ void KubernetesBackend::Observe(const PodObservation& pod) {
         place.scheduled = true;
         if (place.running || !pod.running) break;
         place.running = true;
-        if (gang_) break;
-        // The job is allocated once every pod's containers run: pulling a large image can take
-        // minutes, which the master's registration deadline must not count.
+        if (gang_ || !gang_admitted_) break;
+        // The job is allocated once every admitted pod's containers run: pulling a large image
+        // can take minutes, which the master's registration deadline must not count. Optional
+        // places not admitted yet are deferred: the job starts without them.
         size_t running = 0;
-        for (const auto& [name, p] : places_) running += p.running ? 1 : 0;
-        if (running == places_.size()) {
+        size_t admitted = 0;
+        std::vector<std::string> deferred;
+        for (const auto& [name, p] : places_) {
+          if (!p.admitted) {
+            deferred.push_back(name);
+            continue;
+          }
+          ++admitted;
+          running += p.running ? 1 : 0;
+        }
+        if (running == admitted) {
           gang_ = true;
-          event = AllocationEvent{AllocationEvent::kAllocated, ""};
+          event = AllocationEvent{AllocationEvent::kAllocated, "", std::move(deferred)};
         }
         break;
       }
@@ -436,19 +454,34 @@ void KubernetesBackend::Queue(const std::string& reason) {
 }
 
 void KubernetesBackend::TryAdmit() {
-  std::vector<std::string> places;
-  std::vector<nlohmann::json> gang;
+  // The gang (the places that are not optional) is admitted whole or not at all, with as many
+  // optional places as fit beside it; once it is, each waiting place (optional ones,
+  // replacements) is admitted whenever it fits, as many as fit.
+  std::vector<std::string> required;
+  std::vector<std::string> optional;
+  std::vector<nlohmann::json> required_pods;
+  std::vector<nlohmann::json> optional_pods;
+  bool first = false;
   {
     absl::MutexLock lock(&mu_);
-    places = waiting_admission_;
-    for (const std::string& place : places) gang.push_back(manifests_[place]);
+    first = !gang_admitted_;
+    for (const std::string& place : waiting_admission_) {
+      bool is_optional = !first || places_[place].optional;
+      (is_optional ? optional : required).push_back(place);
+      (is_optional ? optional_pods : required_pods).push_back(manifests_[place]);
+    }
   }
+  if (required.empty() && optional.empty()) return;
   auto retry_later = [this] {
     absl::MutexLock lock(&mu_);
-    // 1 s, 2 s, 4 s, then every 5 s: capacity comes back when other jobs end.
-    int n = std::min(admission_failures_++, 3);
+    // 1 s, 2 s, then every 2.5 s: capacity comes back when other jobs end.
+    int n = std::min(admission_failures_++, 2);
     next_admission_ = std::chrono::steady_clock::now() +
-                      std::min(Ms(1000) * (1 << n), Ms(5000));
+                      std::min(Ms(1000) * (1 << n), Ms(2500));
+  };
+  // Only the job's first admission is its queue message; later ones wait silently.
+  auto queue = [&](const std::string& reason) {
+    if (first) Queue(reason);
   };
   if (lease_ == nullptr) {
     lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
@@ -470,13 +503,18 @@ void KubernetesBackend::TryAdmit() {
     return;
   }
   if (!*held) {
-    Queue(absl::StrCat("waiting for job ", lease_->last_holder(),
+    queue(absl::StrCat("waiting for job ", lease_->last_holder(),
                        ", which is being admitted (lease ", options_.admission_lease, ")"));
     retry_later();
     return;
   }
-  // Whether the whole gang fits what the cluster has free now. Without the right to read
-  // nodes and every pod (cluster-scoped), the scheduler alone decides, pod by pod.
+  auto release_lease = [this] {
+    if (!lease_unavailable_) lease_->Release();
+  };
+  // How many of the optional places join (a prefix: they are admitted in index order). Without
+  // the right to read nodes and every pod (cluster-scoped), the scheduler alone decides, pod
+  // by pod, and all are released.
+  size_t optional_admitted = optional.size();
   if (!fit_unavailable_) {
     auto nodes = client_->Get("/api/v1/nodes");
     auto bound = client_->Get(
@@ -489,7 +527,7 @@ void KubernetesBackend::TryAdmit() {
         spdlog::warn("cannot read the cluster's nodes and pods ({}): gang admission falls back "
                      "to the scheduler, which places pods one by one", std::string(st.message()));
       } else {
-        lease_->Release();
+        release_lease();
         spdlog::warn("cannot read the cluster's capacity: {}; retrying", st.ToString());
         retry_later();
         return;
@@ -497,14 +535,44 @@ void KubernetesBackend::TryAdmit() {
     } else {
       std::vector<nlohmann::json> node_list((*nodes)["items"].begin(), (*nodes)["items"].end());
       std::vector<nlohmann::json> pod_list((*bound)["items"].begin(), (*bound)["items"].end());
-      GangFit fit = FitGang(node_list, pod_list, gang);
-      if (!fit.fits) {
-        lease_->Release();
-        Queue(fit.reason);
-        retry_later();
-        return;
+      auto fit_with = [&](size_t count) {
+        std::vector<nlohmann::json> gang = required_pods;
+        gang.insert(gang.end(), optional_pods.begin(), optional_pods.begin() + count);
+        return FitGang(node_list, pod_list, gang);
+      };
+      // The largest prefix of the optional pods that fits beside the required ones (fitting
+      // is monotone in it, so a bisection finds it).
+      size_t k = optional.size();
+      if (!fit_with(k).fits) {
+        GangFit base = fit_with(0);  // an empty gang always fits
+        if (!base.fits) {
+          release_lease();
+          queue(base.reason);
+          retry_later();
+          return;
+        }
+        size_t lo = 0;  // fits
+        size_t hi = k;  // does not
+        while (hi - lo > 1) {
+          size_t mid = (lo + hi) / 2;
+          (fit_with(mid).fits ? lo : hi) = mid;
+        }
+        k = lo;
       }
+      optional_admitted = k;
     }
+  }
+  std::vector<std::string> places = required;
+  places.insert(places.end(), optional.begin(), optional.begin() + optional_admitted);
+  if (places.empty()) {
+    release_lease();
+    retry_later();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& place : places) places_[place].admitted = true;
+    gang_admitted_ = true;
   }
   // Admitted: every gate goes, then the scheduler binds them; the lease is kept until it has,
   // so the next admission counts them.
@@ -524,6 +592,7 @@ void KubernetesBackend::TryAdmit() {
     }
   }
   bool bound_all = false;
+  bool more_waiting = false;
   {
     absl::MutexLock lock(&mu_);
     waiting_admission_.erase(
@@ -543,24 +612,33 @@ void KubernetesBackend::TryAdmit() {
                                      absl::FromChrono(options_.admission_timeout));
     admission_failures_ = 0;
     if (!bound_all && !stopping_) {
-      // The scheduler disagreed (another workload took the room meanwhile): take the gang
-      // back whole rather than hold part of the cluster, and admit it again later.
+      // The scheduler disagreed (another workload took the room meanwhile): take the pods
+      // back whole rather than hold part of the cluster, and admit them again later.
       for (const std::string& place : places) {
         Place& p = places_[place];
         deletions_.emplace_back(place, PodName(context_.job_object, p.role, p.index, p.attempt));
         p.attempt += 1;
         p.scheduled = false;
         p.running = false;
+        p.admitted = false;
         creations_.push_back(place);
       }
+      if (first) gang_admitted_ = false;
       next_admission_ = std::chrono::steady_clock::now() + Ms(2000);
+    } else if (!waiting_admission_.empty()) {
+      // Optional places that did not fit: tried again as capacity comes back.
+      more_waiting = true;
+      next_admission_ = std::chrono::steady_clock::now() + Ms(1000);
     }
   }
-  lease_->Release();
+  release_lease();
   if (bound_all) {
-    spdlog::info("admitted {} pods of job {}", places.size(), job_id_);
-    Queue(absl::StrCat("admitted; ", places.size(),
-                       " pods are starting (their images, then Shoal's agent)"));
+    spdlog::info("admitted {} pods of job {}{}", places.size(), job_id_,
+                 more_waiting ? "; the others wait for room" : "");
+    if (first) {
+      Queue(absl::StrCat("admitted; ", places.size(),
+                         " pods are starting (their images, then Shoal's agent)"));
+    }
   } else {
     spdlog::warn("the scheduler did not bind all {} admitted pods of job {} within {} ms; "
                  "taking them back to admit them again",
@@ -628,28 +706,38 @@ absl::Status KubernetesBackend::Reattach(const std::string& job_id,
     if (it == live.end() || it->second.attempt < seen.attempt) live[seen.place] = seen;
   }
   std::vector<std::string> gone;
+  PlaceLostCallback on_lost;
   {
     absl::MutexLock lock(&mu_);
     for (const NodeGrant& grant : grants) {
       auto place = places_.find(grant.name);
+      if (place == places_.end()) continue;
       auto pod = live.find(grant.name);
-      if (place == places_.end() || pod == live.end()) {
+      if (pod == live.end()) {
+        // Preempted, deleted or never admitted (an optional place) while no master watched:
+        // lost, which the master answers with a new pod if it still needs the place.
+        place->second.lost = true;
         gone.push_back(grant.name);
         continue;
       }
       place->second.attempt = pod->second.attempt;
       place->second.scheduled = true;
       place->second.running = true;
+      place->second.admitted = true;
     }
     gang_ = true;
+    gang_admitted_ = true;
+    on_lost = on_lost_;
   }
-  if (!gone.empty()) {
-    return absl::NotFoundError(absl::StrCat("no running pod for ", absl::StrJoin(gone, ", "),
-                                            " in namespace ", options_.ns));
-  }
-  spdlog::info("re-attached to {} pods of job {} in namespace {}", grants.size(), job_id,
-               options_.ns);
+  spdlog::info("re-attached to {} of {} pods of job {} in namespace {}",
+               grants.size() - gone.size(), grants.size(), job_id, options_.ns);
   StartThreads();
+  for (const std::string& place : gone) {
+    if (on_lost) {
+      on_lost(place, absl::StrCat("its pod was gone when the new master looked in namespace ",
+                                  options_.ns));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -84,6 +84,10 @@ class KubernetesBackend final : public Backend {
     bool running = false;      // and its containers started
     bool lost = false;         // reported lost; until replaced
     bool ending = false;       // its pod is being deleted (said once)
+    // A place of an elastic role beyond its min: the job may start without it, and it is
+    // admitted on its own whenever the cluster has room for it.
+    bool optional = false;
+    bool admitted = false;     // its pod was released to the scheduler (or never gated)
   };
   // What Acquire and Reattach both learn: the job's names and places.
   std::vector<NodeGrant> Init(const std::string& job_id);
@@ -114,7 +118,10 @@ class KubernetesBackend final : public Backend {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Place> places_ ABSL_GUARDED_BY(mu_);
-  bool gang_ ABSL_GUARDED_BY(mu_) = false;      // every first pod was scheduled
+  bool gang_ ABSL_GUARDED_BY(mu_) = false;      // every admitted first pod runs: allocated
+  // The gang (every place that is not optional) was admitted; later admissions are of single
+  // places (optional ones, replacements), each whenever it fits.
+  bool gang_admitted_ ABSL_GUARDED_BY(mu_) = false;
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
