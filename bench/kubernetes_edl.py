@@ -1,14 +1,24 @@
 #!/usr/bin/env python3
 """EDL on the Kubernetes test cluster: a low-priority training job of 3 workers (0.5 cpu each)
-on the 2-cpu node, preempted by a high-priority job of 2 x 0.45 cpu that comes and goes; once
-elastic (instances {min: 2, max: 3}, on_failure: elastic), once fixed-size (instances: 3,
+on the 2-cpu node and a high-priority job of 2 x 0.45 cpu that comes and goes; once elastic
+(instances {min: 2, max: 3}, on_failure: elastic), once fixed-size (instances: 3,
 on_failure: restart-group), same job otherwise, one after the other in the same invocation.
 
-Every 0.5 s it samples the training job's world size (`shoal status --json`) and the cpus the
-cluster has allocated to each job's running pods (their requests), and reports, per variant:
-the job's completion time, its final accuracy, the cpu-seconds allocated to it and to the
-high-priority job, and allocated / available over the scenario (the node's 2 cpus from the
-training job's start to its end). With --figure, a PNG of both time series (matplotlib).
+Scenarios (--scenarios, both by default):
+  preempt  the high-priority job arrives --arrive s after the training job runs as 3 and stays
+           --stay s: the scheduler preempts one training pod.
+  busy     the high-priority job runs first; the training job is submitted while it stays
+           (--stay s from then): an elastic job starts with the 2 workers that fit, a fixed-size
+           one waits for all 3.
+
+Every 0.5 s it samples the training job's world size and its rank 0's step (`shoal status
+--json`) and the cpus the cluster has allocated to each job's running pods (their requests),
+and reports, per scenario and variant: the job's completion time, its final accuracy, the
+cpu-seconds allocated to it and to the high-priority job, the training job's cpu-seconds in
+intervals where its step advanced (allocated and training) against those where it did not
+(allocated and idle: waiting in a rendezvous, restarting), and allocated / available over the
+scenario (the node's 2 cpus from the training job's start to its end). With --figure, a PNG of
+the time series (matplotlib).
 
     tests/kubernetes/cluster.sh up   # then export its KUBECONFIG=... line
     python3 bench/kubernetes_edl.py [--shoal PATH] [--figure docs/benchmarks/kubernetes-edl.png]
@@ -84,7 +94,10 @@ def job_file(directory, name, roles, namespace, priority, extra="", volumes=()):
     return path
 
 
-def run_variant(shoal, variant, args, work):
+def run_variant(shoal, scenario, variant, args, work):
+    work = Path(work) / scenario
+    work.mkdir(exist_ok=True)
+    os.chmod(work, 0o755)
     ckpt = Path(work) / f"ckpt-{variant}"
     ckpt.mkdir()
     instances = "{min: 2, max: 3}" if variant == "elastic" else "3"
@@ -110,11 +123,26 @@ def run_variant(shoal, variant, args, work):
 """, args.namespace, "shoal-bench-high", volumes=[Path(work)])
     jobs_dir = Path(work) / f"jobs-{variant}"
     env = dict(os.environ)
+    urgent_cmd = [shoal, "--jobs-dir", str(jobs_dir) + "-urgent", "run", "--backend",
+                  "kubernetes", str(urgent)]
+    urgent_proc = None
+    if scenario == "busy":
+        urgent_proc = subprocess.Popen(urgent_cmd, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if sum(v for k, v in allocated(args.namespace).items() if "urgent-" in k) > 0.8:
+                    break
+            except (RuntimeError, subprocess.TimeoutExpired):
+                pass
+            time.sleep(0.5)
     client = subprocess.Popen([shoal, "--jobs-dir", str(jobs_dir), "run", "--backend",
                                "kubernetes", str(train)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env)
     samples = []
     start = time.monotonic()
+    arrived = 0.0 if scenario == "busy" else None
     stop = threading.Event()
     job_id = {}
 
@@ -122,6 +150,7 @@ def run_variant(shoal, variant, args, work):
         while not stop.is_set():
             t = time.monotonic() - start
             world = None
+            step = None
             if not job_id and jobs_dir.exists():
                 found = [d.name for d in jobs_dir.iterdir() if d.is_dir()]
                 if found:
@@ -132,53 +161,63 @@ def run_variant(shoal, variant, args, work):
                 if r.returncode == 0:
                     s = json.loads(r.stdout)
                     world = sum(1 for x in s["tasks"] if x["in_world"] and x["state"] == "running")
+                    step = max((x.get("step", 0) for x in s["tasks"]), default=0)
             try:
                 alloc = allocated(args.namespace)
             except (RuntimeError, subprocess.TimeoutExpired):
                 alloc = {}
             train_cpus = sum(v for k, v in alloc.items() if "edl-" in k)
             urgent_cpus = sum(v for k, v in alloc.items() if "urgent-" in k)
-            samples.append({"t": round(t, 2), "world": world, "train_cpus": train_cpus,
-                            "urgent_cpus": urgent_cpus})
+            samples.append({"t": round(t, 2), "world": world, "step": step,
+                            "train_cpus": train_cpus, "urgent_cpus": urgent_cpus})
             stop.wait(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    # The high-priority job comes once the training job runs as 3, `arrive` seconds later.
-    while time.monotonic() - start < 300:
-        if samples and samples[-1]["world"] == 3:
-            break
-        time.sleep(0.5)
-    time.sleep(args.arrive)
-    arrived = time.monotonic() - start
-    log(f"{variant}: the high-priority job arrives at {arrived:.1f}s")
-    urgent_run = subprocess.run([shoal, "--jobs-dir", str(jobs_dir), "run", "--backend",
-                                 "kubernetes", str(urgent)], capture_output=True, text=True,
-                                timeout=600)
+    if scenario == "preempt":
+        # The high-priority job comes once the training job runs as 3, `arrive` seconds later.
+        while time.monotonic() - start < 300:
+            if samples and samples[-1]["world"] == 3:
+                break
+            time.sleep(0.5)
+        time.sleep(args.arrive)
+        arrived = time.monotonic() - start
+        log(f"{scenario}/{variant}: the high-priority job arrives at {arrived:.1f}s")
+        urgent_proc = subprocess.Popen(urgent_cmd, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    urgent_proc.communicate(timeout=600)
     left = time.monotonic() - start
-    log(f"{variant}: it left at {left:.1f}s (rc {urgent_run.returncode})")
+    log(f"{scenario}/{variant}: it left at {left:.1f}s (rc {urgent_proc.returncode})")
     out, err = client.communicate(timeout=900)
     end = time.monotonic() - start
     stop.set()
     sampler.join(5)
     accuracy = [float(line.split("=")[1]) for line in out.splitlines() if "final_accuracy=" in line]
-    # Riemann sums over the samples (0.5 s apart).
-    cpu_s = {"train": 0.0, "urgent": 0.0}
-    for a, b in zip(samples, samples[1:]):
+    # Riemann sums over the samples (0.5 s apart). An interval is training when rank 0's step
+    # advanced in it (or the next one: steps take up to 0.5 s here).
+    cpu_s = {"train": 0.0, "urgent": 0.0, "training": 0.0}
+    steps = [s["step"] for s in samples]
+    for i, (a, b) in enumerate(zip(samples, samples[1:])):
         dt = b["t"] - a["t"]
         cpu_s["train"] += a["train_cpus"] * dt
         cpu_s["urgent"] += a["urgent_cpus"] * dt
+        later = [x for x in steps[i + 1:i + 3] if x is not None]
+        if a["step"] is not None and later and max(later) > a["step"]:
+            cpu_s["training"] += a["train_cpus"] * dt
     available = args.node_cpus * end
     return {
+        "scenario": scenario,
         "variant": variant,
         "rc": client.returncode,
-        "urgent_rc": urgent_run.returncode,
+        "urgent_rc": urgent_proc.returncode,
         "completion_s": round(end, 1),
         "urgent_arrived_s": round(arrived, 1),
         "urgent_left_s": round(left, 1),
         "final_accuracy": accuracy[-1] if accuracy else None,
         "train_cpu_s": round(cpu_s["train"], 1),
         "urgent_cpu_s": round(cpu_s["urgent"], 1),
+        "train_training_cpu_s": round(cpu_s["training"], 1),
+        "train_idle_cpu_s": round(cpu_s["train"] - cpu_s["training"], 1),
         "allocated_over_available": round((cpu_s["train"] + cpu_s["urgent"]) / available, 3),
         "min_world": min((s["world"] for s in samples if s["world"]), default=None),
         "samples": samples,
@@ -202,9 +241,13 @@ def figure(results, path):
         ax.axvspan(r["urgent_arrived_s"], r["urgent_left_s"], alpha=0.1)
         ax.set_ylabel("cpus / workers")
         ax.set_ylim(0, 3.5)
-        ax.set_title(f"{r['variant']}: done in {r['completion_s']} s, allocated/available "
-                     f"{r['allocated_over_available']}")
+        ax.set_title(f"{r['scenario']}, {r['variant']}: done in {r['completion_s']} s, "
+                     f"allocated/available {r['allocated_over_available']}, training/allocated "
+                     f"{r['train_training_cpu_s']}/{r['train_cpu_s']} cpu-s", fontsize=9)
         ax.legend(loc="lower right", fontsize=7)
+        steps = ax.twinx()
+        steps.plot(t, [s["step"] or 0 for s in r["samples"]], color="grey", linewidth=0.8)
+        steps.set_ylabel("rank 0's step", fontsize=8)
     axes[-1].set_xlabel("seconds since the training job was submitted")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -217,7 +260,8 @@ def main():
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--step-delay", type=float, default=0.4)
     p.add_argument("--arrive", type=float, default=10, help="seconds after the job runs as 3")
-    p.add_argument("--stay", type=float, default=30, help="how long the high job runs")
+    p.add_argument("--stay", type=float, default=60, help="how long the high job runs")
+    p.add_argument("--scenarios", default="preempt,busy", help="preempt, busy or both")
     p.add_argument("--node-cpus", type=float, default=2)
     p.add_argument("--figure", default=None)
     args = p.parse_args()
@@ -230,16 +274,18 @@ def main():
     results = []
     with tempfile.TemporaryDirectory(prefix="shoal-edl-") as work:
         os.chmod(work, 0o755)
-        for variant in ("elastic", "fixed"):
-            try:
-                results.append(run_variant(shoal, variant, args, work))
-            except Exception as e:  # noqa: BLE001 - measured pieces stay measured
-                results.append({"variant": variant, "error": repr(e), "samples": []})
+        for scenario in args.scenarios.split(","):
+            for variant in ("elastic", "fixed"):
+                try:
+                    results.append(run_variant(shoal, scenario, variant, args, work))
+                except Exception as e:  # noqa: BLE001 - measured pieces stay measured
+                    results.append({"scenario": scenario, "variant": variant, "error": repr(e),
+                                    "samples": []})
     if args.figure and all(r["samples"] for r in results):
         figure(results, args.figure)
     emit({"benchmark": "kubernetes_edl", "node_cpus": args.node_cpus,
           "results": [{k: v for k, v in r.items() if k != "samples"} for r in results],
-          "samples": {r["variant"]: r["samples"] for r in results}})
+          "samples": {f'{r["scenario"]}/{r["variant"]}': r["samples"] for r in results}})
 
 
 if __name__ == "__main__":

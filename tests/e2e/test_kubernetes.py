@@ -443,3 +443,80 @@ def test_an_elastic_job_shrinks_when_preempted_and_grows_back(write_job, write_f
     assert sizes.index(2) < len(sizes) - 1 - sizes[::-1].index(3), sizes
     events = e2e.read_events(job_dir)
     assert "PreemptionByScheduler" in json.dumps(events), "no event names the preemption"
+    # It grew back only once the third pod's new agent was there: a world of 3 formed earlier
+    # would hold the two running workers in their rendezvous for as long as the room is taken.
+    assert_worlds_form_only_with_their_agents(events)
+
+
+def assert_worlds_form_only_with_their_agents(events):
+    """Every world formed holds only tasks whose place had a registered agent at that moment."""
+    registered = {}
+    for e in events:
+        if e["type"] == "agent_registered":
+            registered[e["node"]] = e["ts_us"]
+        elif e["type"] in ("place_lost", "place_replacing", "agent_disconnected"):
+            registered.pop(e["node"], None)
+        elif e["type"] == "rendezvous":
+            missing = [r["node"] for r in e["ranks"] if r["node"] not in registered]
+            assert not missing, (f"generation {e['generation']} formed with {missing} "
+                                 f"before their agents registered")
+
+
+def test_an_elastic_job_starts_with_what_fits_and_grows_when_room_comes(
+        write_job, write_file, start_shoal, jobs_dir, shoal_status, tmp_path):
+    """EDL, the other way round: a high-priority job holds 0.9 of the node's 2 cpus; an elastic
+    job of 2 to 3 workers of 0.5 cpu starts with the 2 that fit instead of waiting for 3, its
+    third pod waits for room (gated: holding nothing), and it grows to 3 when the high-priority
+    job ends."""
+    kubectl("apply", "-f", "-", stdin=PRIORITY_CLASSES)
+    script = write_file("ticker.py", TICKER)
+    high = k8s_job(write_job, "holder", f"""\
+  worker:
+    instances: 2
+    command: [/usr/bin/python3, {script}, "120"]
+    resources: {{cpus: 0.45, memory: 256MiB}}
+""", volumes=[script.parent])
+    high.write_text(high.read_text().replace("  image_pull_policy: Never\n",
+                                             "  image_pull_policy: Never\n"
+                                             "  priority_class: shoal-test-high\n"))
+    holder = start_shoal("run", "--backend", "kubernetes", high)
+    holder_dir = e2e.wait_for_job(jobs_dir, "holder", timeout=60)
+    e2e.wait_until(lambda: shoal_status(holder_dir.name)["state"] == "running", 120,
+                   "the high-priority job running")
+
+    ckpt = tmp_path / "ckpt-grow"
+    ckpt.mkdir()
+    path = k8s_job(write_job, "grow", f"""\
+  worker:
+    instances: {{min: 2, max: 3}}
+    command: [/usr/bin/python3, {TRAIN}, --epochs, "6", --checkpoint-every, "10",
+              --step-delay, "0.3"]
+    working_dir: {e2e.EXAMPLE_DIR}
+    resources: {{cpus: 0.5, memory: 1GiB}}
+""", extra=(f"framework: pytorch\non_failure: elastic\nmax_restarts: 10\n"
+            f"backoff: {{initial: 1s, max: 2s}}\ncheckpoint: {{dir: {ckpt}}}\n"),
+                   volumes=[ckpt])
+    path.write_text(path.read_text().replace("  image_pull_policy: Never\n",
+                                             "  image_pull_policy: Never\n"
+                                             "  priority_class: shoal-test-low\n"))
+    client = start_shoal("run", "--backend", "kubernetes", path)
+    job_dir = e2e.wait_for_job(jobs_dir, "grow", timeout=60)
+
+    def started_as_two():
+        s = shoal_status(job_dir.name)
+        running = [t for t in s["tasks"] if t["in_world"] and t["state"] == "running"]
+        return s if s["state"] == "running" and len(running) == 2 else None
+    status = e2e.wait_until(started_as_two, 180, "the elastic job running as 2")
+    waiting = [t for t in status["tasks"] if not t["in_world"]]
+    assert len(waiting) == 1 and "room" in waiting[0]["reason"], status["tasks"]
+    assert holder.poll() is None, "the high-priority job was disturbed"
+
+    assert holder.wait(300) == 0, holder.stderr()[-3000:]
+    rc = client.wait(600)
+    assert rc == 0, f"rc={rc}\n{client.stderr()[-4000:]}"
+    sizes = world_sizes(job_dir)
+    assert sizes[0] == 2 and sizes[-1] == 3, sizes
+    accuracy = [float(line.split("=")[1]) for line in client.stdout().splitlines()
+                if "final_accuracy=" in line][-1]
+    assert accuracy >= 0.9, accuracy
+    assert_worlds_form_only_with_their_agents(e2e.read_events(job_dir))
