@@ -94,6 +94,12 @@ class Backend {
   // step on scancel or at a time limit): a task's SIGTERM may then be part of a cancellation
   // the backend is about to report, rather than a failure.
   virtual bool SignalsTasksFromOutside() const { return false; }
+  // Whether an agent registering for `node` from `hostname` is the one the backend started
+  // there last. An agent of a replaced place that comes back to life (a node cut off, then
+  // reachable again) must not be taken for its replacement.
+  virtual bool IsCurrentAgent(const std::string& node, const std::string& hostname) const {
+    return true;
+  }
   // The master gave up on this place (its agent went silent): kill its agent and every task
   // there now, without waiting. Non-blocking; the place-lost callback may follow.
   virtual void TerminatePlace(const std::string& node) = 0;

@@ -62,6 +62,11 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
+  if (!backend_->IsCurrentAgent(req.node_name(), req.inventory().hostname())) {
+    refuse(absl::StrCat("the agent on ", req.inventory().hostname(), " is of an earlier pod of '",
+                        req.node_name(), "', which was replaced"));
+    return;
+  }
   if (const backends::NodeGrant* g = admission_.GrantFor(req.node_name());
       g != nullptr && g->gpus_from_agent &&
       static_cast<uint32_t>(req.inventory().gpus_size()) < g->gpu_count) {

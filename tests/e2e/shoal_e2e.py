@@ -275,6 +275,14 @@ def kubectl(*args, stdin=None, check=True, kubeconfig=None, timeout=120):
     return r
 
 
+def kubernetes_cluster(command, timeout=180):
+    """Runs `cluster.sh COMMAND` (node-down, node-up, status); a failure fails the test."""
+    r = subprocess.run(["bash", str(KUBERNETES_CLUSTER_SH), command], capture_output=True,
+                       text=True, timeout=timeout)
+    assert r.returncode == 0, f"cluster.sh {command}: rc={r.returncode}\n{r.stdout}{r.stderr}"
+    return r
+
+
 def require_kubernetes_cluster():
     """Fails loudly, saying how to start it, unless $KUBECONFIG names a test cluster that answers."""
     config = os.environ.get("KUBECONFIG")

@@ -520,3 +520,80 @@ def test_an_elastic_job_starts_with_what_fits_and_grows_when_room_comes(
                 if "final_accuracy=" in line][-1]
     assert accuracy >= 0.9, accuracy
     assert_worlds_form_only_with_their_agents(e2e.read_events(job_dir))
+
+
+def pod_processes(uid):
+    """Pids of every process in the pod `uid` (its cgroups, cgroupfs driver: .../pod<uid>/...)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cgroup") as f:
+                if f"pod{uid}" in f.read():
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_lost_node_is_seen_by_its_silent_agent_and_its_task_runs_again(
+        write_job, write_file, start_shoal, jobs_dir, shoal_status):
+    """A node lost: its kubelet stops and everything in the pod on it stops (SIGSTOP), as on a
+    machine cut off. The agent's silence is seen within the heartbeat limit, the pod is deleted
+    (by force: no kubelet will confirm), the group restarts with the task on a new pod, which
+    starts once the node is back, and the job completes."""
+    script = write_file("ticker.py", TICKER)
+    path = k8s_job(write_job, "nodelost", f"""\
+  worker:
+    instances: 2
+    command: [/usr/bin/python3, {script}, "60"]
+    resources: {{cpus: 0.1, memory: 256MiB}}
+""", extra="on_failure: restart-group\nmax_restarts: 2\nbackoff: {initial: 1s}\n",
+                   volumes=[script.parent])
+    path.write_text(path.read_text().replace("misses: 30", "misses: 5"))
+    client = start_shoal("run", "--backend", "kubernetes", path)
+    job_dir = e2e.wait_for_job(jobs_dir, "nodelost", timeout=60)
+    pods = wait_for_pods_running(job_dir.name, 2)
+    e2e.wait_until(lambda: shoal_status(job_dir.name)["state"] == "running", 120,
+                   "the job running")
+    victim = next(p for p in pods if p["metadata"]["annotations"]["shoal.io/place"] == "worker.1")
+    frozen = []
+    try:
+        e2e.kubernetes_cluster("node-down")
+        frozen = pod_processes(victim["metadata"]["uid"])
+        assert frozen, "no process of the victim pod found"
+        signal_all(frozen, signal.SIGSTOP)
+        def silent_seen():
+            s = shoal_status(job_dir.name)
+            return s if any("silent" in f["cause"] for f in s["failures"]) else None
+        status = e2e.wait_until(silent_seen, 60, "the lost node's agent counted silent")
+        failure = next(f for f in status["failures"] if "silent" in f["cause"])
+        assert failure["task"] == "worker:1", status["failures"]
+        # The pod is gone from the API (nothing on the node will confirm a graceful deletion).
+        e2e.wait_until(lambda: not any(p["metadata"]["uid"] == victim["metadata"]["uid"]
+                                       for p in pods_of(job_dir.name)),
+                       60, "the lost pod deleted")
+    finally:
+        e2e.kubernetes_cluster("node-up")
+        signal_all(frozen, signal.SIGCONT)
+    rc = client.wait(300)
+    assert rc == 0, f"rc={rc}\n{client.stderr()[-4000:]}"
+    events = e2e.read_events(job_dir)
+    assert e2e.events_of(events, "agent_silent"), "no agent_silent record"
+    replaced = [e for e in e2e.events_of(events, "place_replacing") if e["node"] == "worker.1"]
+    assert replaced and replaced[0]["ok"], replaced
+    # The old pod's agent, alive again once the node is back, is not taken for its replacement
+    # (which would cost a second restart when the kubelet then ends the deleted pod).
+    assert len(e2e.events_of(events, "group_restart_begun")) == 1, \
+        e2e.events_of(events, "group_restart_begun", "agent_registered", "agent_refused")
+    ticks = [line for line in client.stdout().splitlines() if "tick 59" in line]
+    assert len(ticks) >= 2, client.stdout()[-2000:]

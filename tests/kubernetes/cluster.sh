@@ -12,6 +12,10 @@
 #   tests/kubernetes/cluster.sh status   exit 0 only if the node is Ready
 #   tests/kubernetes/cluster.sh kubectl ARGS...
 #                                        the cluster's own kubectl (v1.37.2) on its kubeconfig
+#   tests/kubernetes/cluster.sh node-down
+#   tests/kubernetes/cluster.sh node-up  stop / start the node's kubelet, for tests of a lost
+#                                        node (its containers keep running, as on a node cut
+#                                        off); node-up waits until the node is Ready again
 #
 # Environment: SHOAL_KUBERNETES_DIR (state directory, default /tmp/shoal-kubernetes),
 #              SHOAL_KUBERNETES_CACHE (binaries and images, default /var/cache/shoal/kubernetes),
@@ -630,11 +634,30 @@ usage() {
   exit 2
 }
 
+cmd_node_down() {
+  require_root
+  take_lock
+  daemon_pid kubelet >/dev/null || die "the kubelet is not running"
+  stop_daemon kubelet
+  log "kubelet stopped: node localhost no longer reports"
+}
+
+cmd_node_up() {
+  require_root
+  take_lock
+  BIN=$(bin_dir)
+  daemon_pid kubelet >/dev/null || start_kubelet
+  wait_for "node localhost to be Ready" 120 kubectl_ wait --for=condition=Ready node/localhost --timeout=1s
+  log "kubelet running: node localhost Ready"
+}
+
 case "${1:-}" in
   build) [ $# -eq 1 ] || die "build takes no arguments"; cmd_build ;;
   up) [ $# -eq 1 ] || die "up takes no arguments"; cmd_up ;;
   down) [ $# -eq 1 ] || die "down takes no arguments"; cmd_down ;;
   status) [ $# -eq 1 ] || die "status takes no arguments"; cmd_status ;;
+  node-down) [ $# -eq 1 ] || die "node-down takes no arguments"; cmd_node_down ;;
+  node-up) [ $# -eq 1 ] || die "node-up takes no arguments"; cmd_node_up ;;
   kubectl)
     shift
     BIN=$(bin_dir)
@@ -642,5 +665,5 @@ case "${1:-}" in
     exec "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"
     ;;
   -h | --help | help | '') usage ;;
-  *) die "unknown command '$1' (build|up|down|status|kubectl)" ;;
+  *) die "unknown command '$1' (build|up|down|status|kubectl|node-down|node-up)" ;;
 esac

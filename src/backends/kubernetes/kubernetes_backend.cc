@@ -481,7 +481,12 @@ void KubernetesBackend::TryAdmit() {
   };
   // Only the job's first admission is its queue message; later ones wait silently.
   auto queue = [&](const std::string& reason) {
-    if (first) Queue(reason);
+    if (first) {
+      Queue(reason);
+    } else if (reason != last_wait_reason_) {
+      last_wait_reason_ = reason;
+      spdlog::info("{} pod(s) of job {} wait for room: {}", optional.size(), job_id_, reason);
+    }
   };
   if (lease_ == nullptr) {
     lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
@@ -558,6 +563,8 @@ void KubernetesBackend::TryAdmit() {
           (fit_with(mid).fits ? lo : hi) = mid;
         }
         k = lo;
+        // Not even one of them: say why (once per reason, the job runs meanwhile).
+        if (k == 0 && required.empty()) queue(fit_with(1).reason);
       }
       optional_admitted = k;
     }
@@ -652,6 +659,22 @@ void KubernetesBackend::DeletePod(const std::string& pod) {
   if (!deleted.ok() && deleted.status().code() != absl::StatusCode::kNotFound) {
     spdlog::warn("cannot delete pod {}: {}", pod, deleted.status().ToString());
   }
+}
+
+bool KubernetesBackend::IsCurrentAgent(const std::string& node,
+                                       const std::string& hostname) const {
+  absl::MutexLock lock(&mu_);
+  auto it = places_.find(node);
+  if (it == places_.end()) return false;
+  const Place& place = it->second;
+  std::string pod = PodName(context_.job_object, place.role, place.index, place.attempt);
+  // The kubelet makes a pod's hostname of its name cut to 63 characters, less a trailing '-'
+  // or '.' (a long name may then hide the attempt: such agents cannot be told apart).
+  if (pod.size() > 63) {
+    pod.resize(63);
+    while (!pod.empty() && (pod.back() == '-' || pod.back() == '.')) pod.pop_back();
+  }
+  return hostname == pod;
 }
 
 void KubernetesBackend::TerminatePlace(const std::string& node) {

@@ -66,6 +66,8 @@ class KubernetesBackend final : public Backend {
   void SetAllocationEventCallback(AllocationEventCallback callback) override;
   // The kubelet ends a deleted or preempted pod with SIGTERM to its processes.
   bool SignalsTasksFromOutside() const override { return true; }
+  // The agent's hostname is its pod's name, which holds the place's attempt.
+  bool IsCurrentAgent(const std::string& node, const std::string& hostname) const override;
   void TerminatePlace(const std::string& node) override;
   absl::Status ReplacePlace(const std::string& node, const AgentStartOptions& options) override;
   void Release() override;
@@ -136,6 +138,7 @@ class KubernetesBackend final : public Backend {
   std::unique_ptr<AdmissionLease> lease_;  // commander thread only
   bool fit_unavailable_ = false;  // commander thread only: no right to read nodes and pods
   bool lease_unavailable_ = false;  // commander thread only: no right to use the lease
+  std::string last_wait_reason_;    // commander thread only: said once per reason
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
