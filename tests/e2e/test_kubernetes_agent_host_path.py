@@ -89,8 +89,8 @@ kubernetes:
                              "--agent-host-path", agent_dir, job)
 
         def running_pods():
-            out = kubectl("get", "pods", "-n", namespace, "-l",
-                          "app.kubernetes.io/managed-by=shoal", "-o", "json").stdout
+            out = kubectl("get", "pods", "-n", namespace, "-l", "shoal.io/job", "-o",
+                          "json").stdout
             pods = json.loads(out)["items"]
             running = [p for p in pods if p["status"].get("phase") == "Running"]
             return running if len(running) == 2 else None

@@ -133,8 +133,10 @@ nlohmann::json AgentDaemonSet(const AgentDaemonSetOptions& options) {
   const std::string parent = host_path.parent_path().string();
   const std::string target =
       absl::StrCat(kHostParentMount, "/", host_path.filename().string());
+  // Not app.kubernetes.io/managed-by=shoal, which marks a job's objects (Shoal creates and
+  // deletes those); this one is the administrator's, applied with kubectl.
   const nlohmann::json labels = {{"app.kubernetes.io/name", kAgentDaemonSetName},
-                                 {"app.kubernetes.io/managed-by", "shoal"}};
+                                 {"app.kubernetes.io/component", "agent-installer"}};
   nlohmann::json meta = {{"name", kAgentDaemonSetName},
                          {"labels", labels},
                          {"annotations", {{"shoal.io/agent-host-path", options.agent_host_path}}}};
