@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -91,8 +91,11 @@ absl::Status SyncPath(const fs::path& path, int flags) {
 // must not come back with an agent of empty files.
 absl::Status CopyTree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
-  fs::create_directory(to, from, ec);
-  if (ec) return FromErrorCode(absl::StrCat("cannot create ", to.string()), ec);
+  if (!fs::create_directory(to, from, ec)) {
+    // Existing already: another installer's, however unlikely; never write into it.
+    if (!ec) ec = std::make_error_code(std::errc::file_exists);
+    return FromErrorCode(absl::StrCat("cannot create ", to.string()), ec);
+  }
   for (auto it = fs::recursive_directory_iterator(from, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     const fs::path target = to / it->path().lexically_relative(from);
@@ -117,13 +120,12 @@ absl::Status CopyTree(const fs::path& from, const fs::path& to) {
   return absl::OkStatus();
 }
 
+// Two installers on one node (two DaemonSets naming one path) are both pid 1 in their
+// containers, but do not start in the same nanosecond; CopyTree refuses an existing directory.
 std::string UniqueSuffix() {
-  std::random_device random;
-  uint64_t bits = (static_cast<uint64_t>(random()) << 32) ^ random() ^
-                  static_cast<uint64_t>(
-                      std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                  static_cast<uint64_t>(::getpid());
-  return absl::StrFormat("%016x", bits);
+  uint64_t nanos = static_cast<uint64_t>(
+      std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1));
+  return absl::StrFormat("%x-%x", static_cast<uint32_t>(::getpid()), nanos);
 }
 
 }  // namespace
