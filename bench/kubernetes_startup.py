@@ -11,6 +11,10 @@ Modes, each repetition running all of them back to back in a rotating order (ABC
   shoal      t0, then `shoal submit --backend kubernetes --namespace NS job.yaml`: one role of
              N tasks running `python3 -c "import time; time.sleep(600)"` in --image (cpus
              --cpus, memory --memory); then `shoal kill`.
+  shoal_host_path  `shoal` with --agent-host-path: the agent is on the node already, put there
+             by `shoal kubernetes agent-daemonset` (applied once, in a namespace of its own,
+             NS-agent, before the first round; --agent-image, --pause-image, --agent-host-path),
+             and the pods have no init container.
   job        t0, then POST of an Indexed Job (completions = parallelism = N) whose pod template
              is Shoal's own pod, taken from the warmup's shoal run: the same image, pull policy,
              task container resources (requests and limits: Shoal adds 128 MiB for its agent),
@@ -37,11 +41,13 @@ what it made and waits until the namespace holds no pod before the next run star
 untimed warmup (shoal first, so that the Job's template can be copied from Shoal's pod).
 
 Prints one JSON object: per N, each mode's summary (median, p90, min, max), the ratios of medians
-shoal/job, job_init/job and job_again/job (the A/A), each with a 95 % bootstrap interval over
-the repetitions, and target_met: shoal's pods_running median <= 1.1 x the Job's at every N.
+shoal/job, shoal_host_path/job, job_init/job and job_again/job (the A/A), each with a 95 %
+bootstrap interval over the repetitions, and target_met: the pods_running median of
+shoal_host_path (when that mode runs; else shoal) <= 1.1 x the Job's at every N.
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -54,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
 import _kube as k  # noqa: E402
 
-MODES = ["shoal", "job", "job_init", "job_shoal_pod", "job_again"]
+MODES = ["shoal", "shoal_host_path", "job", "job_init", "job_shoal_pod", "job_again"]
 SLEEP = ["/usr/bin/python3", "-c", "import time; time.sleep(600)"]
 TARGET_RATIO = 1.1
 
@@ -135,7 +141,8 @@ class Runner:
     def __init__(self, api, watch, ns, shoal, work, args):
         self.api, self.watch, self.ns, self.shoal, self.work, self.args = (
             api, watch, ns, shoal, work, args)
-        self.shoal_spec = None
+        self.shoal_spec = None      # a pod of mode shoal (with the init container)
+        self.host_path_spec = None  # a pod of mode shoal_host_path
         self.env = {**os.environ, "KUBECONFIG": api.kubeconfig}
         self.runs = 0
 
@@ -144,12 +151,36 @@ class Runner:
             return "pods of an earlier run are still there"
         return None
 
-    def run_shoal(self, n):
+    def install_agent(self, agent_ns):
+        """The agent DaemonSet, applied once in `agent_ns`: waits until every node has it."""
+        p = subprocess.run([self.shoal, "kubernetes", "agent-daemonset", "--agent-image",
+                            self.args.agent_image, "--pause-image", self.args.pause_image,
+                            "--agent-host-path", self.args.agent_host_path],
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError(f"shoal kubernetes agent-daemonset: exit {p.returncode}: "
+                               f"{p.stderr.strip()[-300:]}")
+        path = f"/apis/apps/v1/namespaces/{agent_ns}/daemonsets"
+        self.api.ok("POST", path, json.loads(p.stdout))
+        name = json.loads(p.stdout)["metadata"]["name"]
+        deadline = time.time() + self.args.timeout
+        while time.time() < deadline:
+            status, doc = self.api.request("GET", f"{path}/{name}")
+            st = doc.get("status", {}) if status == 200 else {}
+            if st.get("desiredNumberScheduled", 0) >= 1 and (
+                    st.get("numberReady") == st.get("desiredNumberScheduled")):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the agent DaemonSet in {agent_ns} was not ready on every node in "
+                           f"{self.args.timeout:.0f} s")
+
+    def run_shoal(self, n, host_path=False):
         jobs = self.work / "jobs"
         job_file = shoal_job_file(self.work, n, self.args)
+        extra = ["--agent-host-path", self.args.agent_host_path] if host_path else []
         t0 = time.time()
         p = subprocess.run([self.shoal, "--jobs-dir", str(jobs), "submit", "--backend",
-                            "kubernetes", "--namespace", self.ns, str(job_file)],
+                            "kubernetes", "--namespace", self.ns, *extra, str(job_file)],
                            capture_output=True, text=True, timeout=self.args.timeout, env=self.env)
         if p.returncode != 0:
             return None, f"shoal submit: exit {p.returncode}: {p.stderr.strip()[-300:]}"
@@ -169,10 +200,12 @@ class Runner:
                 why = (last or {}).get("reason") or self.watch.error or "timed out"
                 return None, (f"shoal: {len(running)} of {n} tasks running, pods "
                               f"{'all' if pods else 'not all'} running: {why}")
-            if self.shoal_spec is None:
+            if (self.host_path_spec if host_path else self.shoal_spec) is None:
                 status, doc = self.api.request(
                     "GET", f"/api/v1/namespaces/{self.ns}/pods/{pods[0].name}")
-                if status == 200:
+                if status == 200 and host_path:
+                    self.host_path_spec = doc["spec"]
+                elif status == 200:
                     self.shoal_spec = doc["spec"]
             return {"pods_created_ms": (max(r.added for r in pods) - t0) * 1e3,
                     "pods_running_ms": (max(r.running for r in pods) - t0) * 1e3,
@@ -194,8 +227,10 @@ class Runner:
             keys = [e["valueFrom"]["secretKeyRef"]["key"] for e in spec["containers"][0]["env"]
                     if (e.get("valueFrom") or {}).get("secretKeyRef")]
         else:
-            spec = job_pod_spec(self.shoal_spec or fallback_template(self.args),
-                                with_init=(mode == "job_init"))
+            # Shoal's pod with its init container; without it, a shoal_host_path pod will do.
+            with_init = mode == "job_init"
+            template = self.shoal_spec or (None if with_init else self.host_path_spec)
+            spec = job_pod_spec(template or fallback_template(self.args), with_init=with_init)
         body = {"apiVersion": "batch/v1", "kind": "Job",
                 "metadata": {"name": name, "labels": {"app.kubernetes.io/created-by":
                                                       "shoal-bench"}},
@@ -229,8 +264,8 @@ class Runner:
         if err:
             return None, err
         try:
-            if mode == "shoal":
-                return self.run_shoal(n)
+            if mode in ("shoal", "shoal_host_path"):
+                return self.run_shoal(n, host_path=(mode == "shoal_host_path"))
             return self.run_job(n, mode)
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
             return None, f"{mode}: {e}"
@@ -254,6 +289,8 @@ def summarize(n, times, errors):
                 "paired_min_max": [round(min(x / y for x, y in zip(a, b)), 4),
                                    round(max(x / y for x, y in zip(a, b)), 4)]}
     entry["shoal_over_job"] = ratio("shoal", "job")
+    entry["shoal_host_path_over_job"] = ratio("shoal_host_path", "job")
+    entry["shoal_host_path_over_shoal"] = ratio("shoal_host_path", "shoal")
     entry["shoal_tasks_running_over_job_pods_running"] = (
         {"ratio_of_medians": c.ratio(c.median([r["tasks_running_ms"] for r in times["shoal"]]),
                                      c.median([r["pods_running_ms"] for r in times["job"]]))}
@@ -280,6 +317,13 @@ def main():
     ap.add_argument("--pull-policy", default="Never")
     ap.add_argument("--cpus", default="0.025", help="per task (0.025: 32 pods hold 0.8 CPU)")
     ap.add_argument("--memory", default="32MiB", help="per task, in MiB (32MiB)")
+    ap.add_argument("--agent-image", default="localhost/shoal-agent:latest",
+                    help="the agent DaemonSet's image (shoal_host_path)")
+    ap.add_argument("--pause-image", default="localhost/pause:test",
+                    help="the agent DaemonSet's pause image (shoal_host_path)")
+    ap.add_argument("--agent-host-path", default="/tmp/shoal-bench-agent/agent",
+                    help="where the DaemonSet puts the agent on the nodes (shoal_host_path; "
+                         "left there after the run)")
     ap.add_argument("--timeout", type=float, default=180, help="per-run limit, s (180)")
     ap.add_argument("--keep", action="store_true", help="keep the namespace and jobs dir")
     args = ap.parse_args()
@@ -295,11 +339,13 @@ def main():
         print(f"kubernetes_startup.py: {e}", file=sys.stderr)
         return 2
     shoal, why = c.find_shoal(args.shoal)
+    # Delivering the agent per node is how Shoal meets the target, when that mode runs.
+    target_mode = "shoal_host_path" if "shoal_host_path" in modes else "shoal"
     namespace = args.namespace or f"bench-startup-{os.getpid()}"
     result = {"benchmark": "kubernetes_startup", "machine": c.machine_info(), "reps": args.reps,
               "namespace": namespace, "image": args.image, "cpus": args.cpus,
               "memory": args.memory, "modes": modes,
-              "target": f"shoal pods_running median <= {TARGET_RATIO} x job's at every N",
+              "target": f"{target_mode} pods_running median <= {TARGET_RATIO} x job's at every N",
               "timing": "watch event arrival (time.time(), ms) and the journal's ts_us; t0 just "
                         "before `shoal submit` / the Job's POST", "results": {}}
     if shoal is None:
@@ -314,11 +360,23 @@ def main():
         c.emit(result)
         return 0
     met = True
+    agent_ns = f"{namespace}-agent"
     with c.temp_dir("shoal-bench-k8s-", keep=args.keep) as work, \
-            k.namespace(api, namespace, keep=args.keep):
+            k.namespace(api, namespace, keep=args.keep), \
+            contextlib.ExitStack() as agent_stack:
         watch = k.PodWatch(api, namespace).start()
         runner = Runner(api, watch, namespace, shoal, Path(work), args)
         try:
+            if "shoal_host_path" in modes:
+                # Its own namespace: the DaemonSet's pod must not count as a job's in the watch.
+                agent_stack.enter_context(k.namespace(api, agent_ns, keep=args.keep))
+                try:
+                    runner.install_agent(agent_ns)
+                except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
+                    # Its pods could never start; the others run, and target_met is false.
+                    result["agent_daemonset_error"] = str(e)
+                    c.log(f"shoal_host_path left out: {e}")
+                    modes.remove("shoal_host_path")
             for n in ns_list:
                 times = {m: [] for m in MODES}
                 errors = []
@@ -342,7 +400,7 @@ def main():
                             f"{m} {got[m]['pods_running_ms']:.0f}" for m in order) + " ms "
                             f"(shoal tasks {got.get('shoal', {}).get('tasks_running_ms', 0):.0f})")
                 entry = summarize(n, times, errors)
-                r = (entry.get("shoal_over_job") or {}).get("ratio_of_medians")
+                r = (entry.get(f"{target_mode}_over_job") or {}).get("ratio_of_medians")
                 met = met and r is not None and r <= TARGET_RATIO
                 result["results"][str(n)] = entry
         finally:

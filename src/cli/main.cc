@@ -18,8 +18,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/kubernetes/agent_delivery.h"
+#include "backends/kubernetes/kubernetes_section.h"
 #include "cli/backends_registry.h"
 #include "cli/daemons.h"
+#include "cli/kubernetes_commands.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
 #include "agent/agent_watchdog.h"
@@ -220,6 +223,32 @@ int RunShoal(int argc, char** argv) {
   agent_cmd->add_flag("--no-task-output", no_task_output,
                       "Keep no copy of task output (the master's job directory is on this machine)");
 
+  shoal::cli::AgentDaemonSetFlags daemonset;
+  std::string install_from, install_to;
+  auto* kubernetes_cmd =
+      app.add_subcommand("kubernetes", "Set a Kubernetes cluster up for Shoal's jobs");
+  kubernetes_cmd->require_subcommand(1);
+  auto* daemonset_cmd = kubernetes_cmd->add_subcommand(
+      "agent-daemonset",
+      "Print a DaemonSet that installs Shoal's agent on every node, for --agent-host-path "
+      "(shoal kubernetes agent-daemonset | kubectl apply -f -)");
+  daemonset_cmd->add_option("--agent-image", daemonset.agent_image,
+                            "The image the agent comes from (default " +
+                                std::string(shoal::backends::kDefaultAgentImage) + ")");
+  daemonset_cmd->add_option("--agent-host-path", daemonset.agent_host_path,
+                            "Where on each node the agent goes (default " +
+                                std::string(shoal::backends::kDefaultAgentHostPath) + ")");
+  daemonset_cmd->add_option("--pause-image", daemonset.pause_image,
+                            "The image of the container that holds the pod once the agent is "
+                            "installed (default " +
+                                std::string(shoal::backends::kDefaultPauseImage) + ")");
+  daemonset_cmd->add_option("--namespace", daemonset.ns,
+                            "The DaemonSet's namespace (default: kubectl's)");
+  auto* install_cmd = kubernetes_cmd->add_subcommand(
+      "agent-install", "Internal: the agent DaemonSet's init container (atomic copy FROM to TO)");
+  install_cmd->add_option("--from", install_from, "The agent directory to copy")->required();
+  install_cmd->add_option("--to", install_to, "Where it goes")->required();
+
   // Listed for --help; main() runs them before parsing (above) when called the way the master
   // calls them.
   auto* mpi_launcher_cmd = app.add_subcommand(
@@ -314,6 +343,8 @@ int RunShoal(int argc, char** argv) {
   }
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
+  if (daemonset_cmd->parsed()) return shoal::cli::PrintAgentDaemonSet(daemonset);
+  if (install_cmd->parsed()) return shoal::cli::RunAgentInstall(install_from, install_to);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover,
                                                            master_ready_fd);
   if (mpi_launcher_cmd->parsed() || mpi_worker_cmd->parsed()) {

@@ -6,6 +6,7 @@ names, and each deletes the namespace it worked in. No timing is asserted."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,9 @@ import pytest
 import shoal_e2e as e2e
 
 BENCH = e2e.REPO_ROOT / "bench"
+# shoal_host_path's DaemonSet runs the agent image's own shoal: this build's (ctest's fixture
+# imports it as localhost/shoal-agent:latest; by hand, a tag of your own).
+AGENT_IMAGE = os.environ.get("SHOAL_KUBERNETES_AGENT_IMAGE", "localhost/shoal-agent:latest")
 
 
 def kubectl(*args):
@@ -53,20 +57,26 @@ def test_bad_options_exit_2_and_touch_nothing():
 
 def test_a_one_round_startup_run_reports_every_mode_and_leaves_nothing():
     namespace = f"bench-test-startup-{os.getpid()}"
-    r = run_bench("kubernetes_startup.py", "--n", "2", "--reps", "1", "--namespace", namespace)
+    host_dir = f"/tmp/shoal-bench-test-{os.getpid()}"  # on the node, which is this machine
+    try:
+        r = run_bench("kubernetes_startup.py", "--n", "2", "--reps", "1", "--namespace",
+                      namespace, "--agent-image", AGENT_IMAGE, "--agent-host-path",
+                      f"{host_dir}/agent")
+    finally:
+        shutil.rmtree(host_dir, ignore_errors=True)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout)
-    assert "error" not in result, result
+    assert "error" not in result and "agent_daemonset_error" not in result, result
     entry = result["results"]["2"]
     assert "errors" not in entry, entry["errors"]
-    for mode in ("shoal", "job", "job_init", "job_shoal_pod", "job_again"):
+    for mode in ("shoal", "shoal_host_path", "job", "job_init", "job_shoal_pod", "job_again"):
         created = summary(entry[mode]["pods_created_ms"])
         assert summary(entry[mode]["pods_running_ms"]) >= created, (mode, entry[mode])
     # Not ordered against pods_running: the kubelet may report a pod Running after its agent
     # has already started the task.
     summary(entry["shoal"]["tasks_running_ms"])
-    for key in ("shoal_over_job", "job_init_over_job", "job_shoal_pod_over_job",
-                "aa_job_again_over_job"):
+    for key in ("shoal_over_job", "shoal_host_path_over_job", "job_init_over_job",
+                "job_shoal_pod_over_job", "aa_job_again_over_job"):
         assert entry[key]["ratio_of_medians"] > 0, (key, entry[key])
         assert entry[key]["ci95"] is None, "one round is too few for an interval"
     # The anchors' pods are Shoal's own: the same image and resources, its init container.
@@ -75,7 +85,9 @@ def test_a_one_round_startup_run_reports_every_mode_and_leaves_nothing():
     assert spec["containers"][0]["resources"]["limits"]["cpu"] == "25m"
     assert spec["initContainers"][0]["image"].startswith("localhost/shoal-agent")
     assert isinstance(result["target_met"], bool)
+    assert result["target"].startswith("shoal_host_path "), result["target"]
     assert_gone(namespace)
+    assert_gone(f"{namespace}-agent")
 
 
 def test_a_one_round_failure_run_reports_every_mode_and_leaves_nothing():

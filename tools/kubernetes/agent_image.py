@@ -18,7 +18,9 @@ root filesystem holds
 The Kubernetes backend runs this image as an init container that copies /opt/shoal into an
 emptyDir (its default command: cp -a /opt/shoal/. /mnt/shoal/), mounted at /opt/shoal in the
 user's container, where /opt/shoal/bin/shoal agent then runs. The user's image needs nothing
-of Shoal installed. Needs strip (binutils), patchelf and ldd on this machine.
+of Shoal installed. With kubernetes.agent_host_path, the DaemonSet of `shoal kubernetes
+agent-daemonset` runs this image's own /opt/shoal/bin/shoal kubernetes agent-install instead, once
+per node. Needs strip (binutils), patchelf and ldd on this machine.
 """
 
 import argparse

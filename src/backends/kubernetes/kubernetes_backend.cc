@@ -77,6 +77,7 @@ std::vector<NodeGrant> KubernetesBackend::Init(const std::string& job_id) {
   context_.image_pull_policy = options_.image_pull_policy;
   context_.agent_image = options_.agent_image;
   context_.agent_image_pull_policy = options_.agent_image_pull_policy;
+  context_.agent_host_path = options_.agent_host_path;
   absl::MutexLock lock(&mu_);
   for (const auto& role : job_.roles) {
     for (uint32_t i = 0; i < role.instances; ++i) {

@@ -32,6 +32,8 @@ struct KubernetesBackendOptions {
   std::string image_pull_policy;  // empty: Kubernetes' default
   std::string agent_image = kDefaultAgentImage;
   std::string agent_image_pull_policy = "IfNotPresent";
+  // Where the agent is installed on every node; empty: each pod copies it in from agent_image.
+  std::string agent_host_path;
   // Where the job's object names are recorded, for people and tools: <job dir>/agents/kubernetes.
   std::string state_dir;
   // How long Release waits for the job's pods to be gone (their agents stop their tasks).

@@ -209,7 +209,15 @@ nlohmann::json TaskPod(const spec::Role& role, uint32_t index,
   nlohmann::json mounts = nlohmann::json::array();
   mounts.push_back({{"name", kAgentVolume}, {"mountPath", kAgentMountPath}, {"readOnly", true}});
   nlohmann::json volumes = nlohmann::json::array();
-  volumes.push_back({{"name", kAgentVolume}, {"emptyDir", nlohmann::json::object()}});
+  if (context.agent_host_path.empty()) {
+    volumes.push_back({{"name", kAgentVolume}, {"emptyDir", nlohmann::json::object()}});
+  } else {
+    // Installed on the node beforehand (AgentDaemonSet): no second container to start, which
+    // is most of what a pod costs beyond its task's (docs/design/0013). Type Directory: a node
+    // without it fails the mount, rather than running an empty one.
+    volumes.push_back({{"name", kAgentVolume},
+                       {"hostPath", {{"path", context.agent_host_path}, {"type", "Directory"}}}});
+  }
   auto add_volume = [&](const KubeVolume& v) {
     volumes.push_back(VolumeJson(v));
     mounts.push_back({{"name", v.name}, {"mountPath", v.mount_path}, {"readOnly", v.read_only}});
@@ -252,13 +260,13 @@ nlohmann::json TaskPod(const spec::Role& role, uint32_t index,
   }
 
   nlohmann::json spec = {{"restartPolicy", "Never"},
-                         {"initContainers", {install}},
                          {"containers", {task}},
                          {"volumes", volumes},
                          // Shoal's rendezvous gives tasks their peers; service links would only
                          // add variables to every task's environment.
                          {"enableServiceLinks", false},
                          {"hostNetwork", config.host_network}};
+  if (context.agent_host_path.empty()) spec["initContainers"] = nlohmann::json::array({install});
   if (config.host_network) spec["dnsPolicy"] = "ClusterFirstWithHostNet";
   if (!node_selector.empty()) spec["nodeSelector"] = node_selector;
   if (!tolerations.empty()) spec["tolerations"] = tolerations;

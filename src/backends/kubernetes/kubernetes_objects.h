@@ -49,6 +49,9 @@ struct JobObjectsContext {
   std::string image_pull_policy;
   std::string agent_image;
   std::string agent_image_pull_policy = "IfNotPresent";
+  // Where the agent is already on every node (kubernetes.agent_host_path or --agent-host-path);
+  // empty: each pod copies it in from agent_image.
+  std::string agent_host_path;
 };
 
 // What the agent in a pod is started with (backend.h's AgentStartOptions, resolved).
@@ -70,8 +73,10 @@ nlohmann::json TokenSecret(const KubernetesConfig& config, const JobObjectsConte
                            const std::string& token);
 
 // The pod running place role.index: an init container from the agent image copies Shoal's
-// self-contained agent into an emptyDir at kAgentMountPath, and the task container (the user's
-// image, which needs nothing of Shoal) runs that agent, which starts the task. The token comes
+// self-contained agent into an emptyDir at kAgentMountPath (or, with context.agent_host_path,
+// the node's copy is mounted there read-only and there is no init container), and the task
+// container (the user's image, which needs nothing of Shoal) runs that agent, which starts the
+// task. The token comes
 // from the Secret through the environment, never as a literal in the pod.
 nlohmann::json TaskPod(const spec::Role& role, uint32_t index,
                        uint32_t attempt, const KubernetesConfig& config,

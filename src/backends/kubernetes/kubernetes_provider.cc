@@ -84,7 +84,10 @@ std::vector<RunFlag> KubernetesProvider::Flags() const {
           {"--namespace", "Kubernetes namespace (kubernetes.namespace)"},
           {"--image", "container image of the tasks (kubernetes.image)"},
           {"--agent-image", "image that brings Shoal's agent into each pod "
-                            "(kubernetes.agent_image)"}};
+                            "(kubernetes.agent_image)"},
+          {"--agent-host-path", "the agent is installed at this path on every node (shoal "
+                                "kubernetes agent-daemonset): pods mount it instead of copying "
+                                "it in (kubernetes.agent_host_path)"}};
 }
 
 std::optional<spec::JobSection> KubernetesProvider::JobSection() const {
@@ -98,6 +101,8 @@ absl::StatusOr<Preflight> KubernetesProvider::Check(const PreflightRequest& requ
   CheckFlagValue(request.flags, "--namespace", IsDnsLabel, kNamespaceForm, problems);
   CheckFlagValue(request.flags, "--image", IsImageReference, kImageForm, problems);
   CheckFlagValue(request.flags, "--agent-image", IsImageReference, kImageForm, problems);
+  CheckFlagValue(request.flags, "--agent-host-path", IsAgentHostPath, kAgentHostPathForm,
+                 problems);
   if (auto it = request.flags.find("--kubeconfig");
       it != request.flags.end() && it->second.empty()) {
     problems.push_back("--kubeconfig: must be a file name, got ''");
@@ -196,7 +201,9 @@ absl::StatusOr<Preflight> KubernetesProvider::Check(const PreflightRequest& requ
       {"image", image},
       {"agent_image", FlagOr(request.flags, "--agent-image",
                              section.agent_image.empty() ? kDefaultAgentImage
-                                                         : section.agent_image)}};
+                                                         : section.agent_image)},
+      {"agent_host_path",
+       FlagOr(request.flags, "--agent-host-path", section.agent_host_path)}};
   return out;
 }
 
@@ -214,6 +221,7 @@ absl::StatusOr<CreatedBackend> KubernetesProvider::Create(const BackendContext& 
   options.task_image = settings.value("image", section.image);
   options.image_pull_policy = section.image_pull_policy;
   options.agent_image = settings.value("agent_image", std::string(kDefaultAgentImage));
+  options.agent_host_path = settings.value("agent_host_path", section.agent_host_path);
   options.state_dir = context.job_dir + "/agents/kubernetes";
   if (options.ns.empty()) {
     return absl::InvalidArgumentError(

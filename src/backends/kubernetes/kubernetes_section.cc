@@ -17,7 +17,8 @@ namespace shoal::backends {
 namespace {
 
 constexpr absl::string_view kSectionKeys[] = {
-    "namespace",   "image",          "image_pull_policy", "agent_image", "service_account",
+    "namespace",   "image",          "image_pull_policy", "agent_image", "agent_host_path",
+    "service_account",
     "node_selector", "tolerations",  "priority_class",    "labels",      "annotations",
     "host_network", "volumes",       "roles"};
 constexpr absl::string_view kRoleKeys[] = {"image", "image_pull_policy", "volumes",
@@ -329,6 +330,8 @@ std::shared_ptr<const spec::SectionValue> ParseKubernetesSection(spec::SectionRe
       ReadChecked(section, "image_pull_policy", IsPullPolicy, kPullPolicyForm).value_or("");
   out->agent_image =
       ReadChecked(section, "agent_image", IsImageReference, kImageForm).value_or("");
+  out->agent_host_path =
+      ReadChecked(section, "agent_host_path", IsAgentHostPath, kAgentHostPathForm).value_or("");
   out->service_account =
       ReadChecked(section, "service_account", IsDnsSubdomain, kObjectNameForm).value_or("");
   out->priority_class =
@@ -377,6 +380,18 @@ bool IsImageReference(absl::string_view text) {
 
 bool IsPullPolicy(absl::string_view text) {
   return text == "Always" || text == "IfNotPresent" || text == "Never";
+}
+
+bool IsAgentHostPath(absl::string_view text) {
+  // The DaemonSet installs beside it, in its parent: the root has none.
+  if (text.size() < 2 || text.front() != '/' || text.back() == '/') return false;
+  if (absl::StrContains(text, "//")) return false;
+  for (absl::string_view part : absl::StrSplit(text.substr(1), '/')) {
+    if (part == "." || part == "..") return false;
+  }
+  return std::none_of(text.begin(), text.end(), [](char c) {
+    return absl::ascii_iscntrl(static_cast<unsigned char>(c));
+  });
 }
 
 bool IsQualifiedName(absl::string_view text) {

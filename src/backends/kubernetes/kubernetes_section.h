@@ -50,6 +50,9 @@ struct KubernetesConfig : spec::SectionValue {
   // The image that brings Shoal's agent into each pod (tools/kubernetes/agent_image.py);
   // empty: kDefaultAgentImage.
   std::string agent_image;
+  // Where the agent is already on every node (`shoal kubernetes agent-daemonset` puts it there):
+  // the pods mount it instead of copying it in with an init container. Empty: the init container.
+  std::string agent_host_path;
   std::string service_account;
   std::string priority_class;
   std::map<std::string, std::string> node_selector;
@@ -64,6 +67,8 @@ struct KubernetesConfig : spec::SectionValue {
 inline constexpr char kDefaultAgentImage[] = "localhost/shoal-agent:latest";
 // Where the agent's bundle is mounted in every task container; no volume may use it.
 inline constexpr char kAgentMountPath[] = "/opt/shoal";
+// Where `shoal kubernetes agent-daemonset` installs the agent on each node unless told otherwise.
+inline constexpr char kDefaultAgentHostPath[] = "/var/lib/shoal/agent";
 // Label keys under this prefix are Shoal's own (the job's id, role, place).
 inline constexpr char kShoalLabelPrefix[] = "shoal.io/";
 
@@ -83,10 +88,14 @@ inline constexpr char kObjectNameForm[] =
 inline constexpr char kImageForm[] =
     "a container image reference without spaces, e.g. registry.example.com/team/train:1.2";
 inline constexpr char kPullPolicyForm[] = "one of Always, IfNotPresent, Never";
+inline constexpr char kAgentHostPathForm[] =
+    "an absolute path on the nodes, without '.', '..', '//' or a trailing '/', other than /, "
+    "e.g. /var/lib/shoal/agent";
 bool IsDnsLabel(absl::string_view text);      // RFC 1123 label, <= 63
 bool IsDnsSubdomain(absl::string_view text);  // RFC 1123 subdomain, <= 253
 bool IsImageReference(absl::string_view text);
 bool IsPullPolicy(absl::string_view text);
+bool IsAgentHostPath(absl::string_view text);
 // A label or annotation key: [prefix/]name, the name at most 63 of [A-Za-z0-9-_.] starting and
 // ending alphanumeric, the prefix a DNS subdomain.
 bool IsQualifiedName(absl::string_view text);

@@ -102,6 +102,18 @@ TEST(KubernetesObjects, PodOfACpuRoleWithItsOwnImage) {
   ExpectGolden("pod_ps_0_attempt_2", TaskPod(f.job.roles[1], 0, 2, *f.config, f.context, f.agent));
 }
 
+// With the agent on the node (kubernetes.agent_host_path): its directory mounted read-only
+// where the init container's copy was, the same command, and no init container.
+TEST(KubernetesObjects, PodWithTheAgentOnTheNode) {
+  Fixture f = Make();
+  f.context.agent_host_path = "/var/lib/shoal/agent";
+  nlohmann::json pod = TaskPod(f.job.roles[0], 1, 0, *f.config, f.context, f.agent);
+  ExpectGolden("pod_worker_1_agent_host_path", pod);
+  EXPECT_FALSE(pod["spec"].contains("initContainers"));
+  nlohmann::json without = TaskPod(f.job.roles[0], 1, 0, *f.config, Make().context, f.agent);
+  EXPECT_EQ(pod["spec"]["containers"][0]["command"], without["spec"]["containers"][0]["command"]);
+}
+
 TEST(KubernetesObjects, OwnerAndSecret) {
   Fixture f = Make();
   ExpectGolden("owner", OwnerConfigMap(*f.config, f.context));

@@ -43,6 +43,7 @@ TEST(KubernetesSection, EveryKeyIsRead) {
       "  image: registry.example.com/train:1.2\n"
       "  image_pull_policy: IfNotPresent\n"
       "  agent_image: localhost/shoal-agent:test\n"
+      "  agent_host_path: /var/lib/shoal/agent-v2\n"
       "  service_account: trainer\n"
       "  node_selector: {disk: ssd}\n"
       "  tolerations:\n"
@@ -68,6 +69,7 @@ TEST(KubernetesSection, EveryKeyIsRead) {
   EXPECT_EQ(c.image, "registry.example.com/train:1.2");
   EXPECT_EQ(c.image_pull_policy, "IfNotPresent");
   EXPECT_EQ(c.agent_image, "localhost/shoal-agent:test");
+  EXPECT_EQ(c.agent_host_path, "/var/lib/shoal/agent-v2");
   EXPECT_EQ(c.service_account, "trainer");
   EXPECT_EQ(c.node_selector.at("disk"), "ssd");
   ASSERT_EQ(c.tolerations.size(), 2u);
@@ -96,6 +98,7 @@ TEST(KubernetesSection, AbsentGivesTheDefaults) {
   absl::StatusOr<spec::JobSpec> job = Parse("");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(KubernetesConfigOf(*job).image, "");
+  EXPECT_EQ(KubernetesConfigOf(*job).agent_host_path, "");
   EXPECT_FALSE(KubernetesConfigOf(*job).host_network);
 }
 
@@ -113,6 +116,10 @@ TEST(KubernetesSection, EachMistakeIsNamedWithItsLine) {
        "job.yaml:5: kubernetes.image: must be a container image reference"},
       {"kubernetes: {image_pull_policy: always}\n",
        "job.yaml:5: kubernetes.image_pull_policy: must be one of Always, IfNotPresent, Never"},
+      {"kubernetes: {agent_host_path: var/lib/shoal}\n",
+       "job.yaml:5: kubernetes.agent_host_path: must be an absolute path on the nodes"},
+      {"kubernetes:\n  agent_host_path: /var/lib/../shoal\n",
+       "job.yaml:6: kubernetes.agent_host_path: must be an absolute path on the nodes"},
       {"kubernetes: {service_account: Trainer}\n",
        "job.yaml:5: kubernetes.service_account: must be a Kubernetes object name"},
       {"kubernetes: {host_network: yes-please}\n",
@@ -179,6 +186,13 @@ TEST(KubernetesSection, NameRules) {
   EXPECT_FALSE(IsQualifiedName("Example.com/team"));
   EXPECT_TRUE(IsLabelValue(""));
   EXPECT_FALSE(IsLabelValue("a b"));
+  EXPECT_TRUE(IsAgentHostPath("/var/lib/shoal/agent"));
+  EXPECT_TRUE(IsAgentHostPath("/a"));
+  EXPECT_FALSE(IsAgentHostPath("/"));
+  EXPECT_FALSE(IsAgentHostPath("/var/lib/"));
+  EXPECT_FALSE(IsAgentHostPath("/var//lib"));
+  EXPECT_FALSE(IsAgentHostPath("/var/./lib"));
+  EXPECT_FALSE(IsAgentHostPath("relative/dir"));
 }
 
 }  // namespace
