@@ -155,10 +155,10 @@ bool Master::DeferSlotsWithoutPlace() {
     if (role.on_failure != spec::OnFailure::kElastic || role.min_instances == 0) continue;
     if (present[role.name] < role.min_instances) {
       BeginStopping(JobPhase::kFailed,
-                    absl::StrCat("only ", present[role.name], " of the ", role.name,
-                                 " tasks have a place with room now, and the role needs at "
-                                 "least ", role.min_instances,
-                                 " to start (the backend deferred the others' places)"));
+                    absl::StrCat("the backend deferred the places of all but ",
+                                 present[role.name], " of the ", role.name,
+                                 " tasks; the role needs at least ", role.min_instances,
+                                 " to start"));
       return false;
     }
   }
@@ -166,9 +166,9 @@ bool Master::DeferSlotsWithoutPlace() {
     Transition(tasks[i], TaskState::kKilled, SlotDeferred::kReason);
     Record(SlotDeferred{tasks[i].Key(), placement[i].node});
   }
-  Notice(absl::StrCat("starting with ", tasks.size() - deferred.size(), " of ", tasks.size(),
-                      " tasks; ", deferred.size(),
-                      " join when the cluster has room for their places"));
+  Notice(absl::StrCat("starting without ", deferred.size(),
+                      " task(s) whose places wait for room in the cluster; they join when "
+                      "their agents register"));
   return true;
 }
 

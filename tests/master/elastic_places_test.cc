@@ -124,6 +124,31 @@ class FakeAgent {
     std::lock_guard<std::mutex> lock(running_mu_);
     return running_.count(key) > 0;
   }
+  // Waits, up to 10 s, for the agent to run attempt `attempt` (or a later one) of `key`.
+  bool RunsAttempt(const std::string& key, uint32_t attempt) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard<std::mutex> lock(running_mu_);
+        auto it = running_.find(key);
+        if (it != running_.end() && it->second.attempt() >= attempt) return true;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return false;
+  }
+  // The task `key` reports a checkpoint through the SDK.
+  void Checkpoint(const std::string& key, int64_t step) {
+    v1::AgentMessage m;
+    {
+      std::lock_guard<std::mutex> lock(running_mu_);
+      auto it = running_.find(key);
+      if (it == running_.end()) return;
+      *m.mutable_sdk()->mutable_task() = it->second;
+    }
+    m.mutable_sdk()->set_json(absl::StrCat(R"({"op":"checkpointed","step":)", step, "}"));
+    Write(m);
+  }
 
   void Notice(const std::string& text) {
     v1::AgentMessage m;
@@ -186,7 +211,7 @@ class ElasticPlacesTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    auto parsed = spec::ParseJobSpec(R"(
+    auto parsed = spec::ParseJobSpec(std::string(Checkpoints() ? "checkpoint: {dir: /tmp}\n" : "") + R"(
 name: edl
 on_failure: elastic
 max_restarts: 10
@@ -216,6 +241,9 @@ roles:
     stub_ = v1::Master::NewStub(
         grpc::CreateChannel(master_->address(), grpc::InsecureChannelCredentials()));
   }
+
+  // Whether the job keeps checkpoints (growth then waits for the next one).
+  virtual bool Checkpoints() const { return false; }
 
   void TearDown() override {
     if (master_) master_->Kill("test over");
@@ -303,6 +331,38 @@ TEST_F(ElasticPlacesTest, GrowthWaitsForTheLostPlacesNewAgent) {
       << begun[1].dump();
 }
 
+class ElasticPlacesWithCheckpointsTest : public ElasticPlacesTest {
+ protected:
+  bool Checkpoints() const override { return true; }
+};
+
+// With checkpoints growth happens at the checkpoint after the slot is back: not at one while
+// its place has no agent, and at the first one after its new agent registered.
+TEST_F(ElasticPlacesWithCheckpointsTest, GrowthAtACheckpointWaitsForTheLostPlacesNewAgent) {
+  for (int i = 0; i < kPlaces; ++i) ASSERT_TRUE(StartAgent(i)->accepted());
+  ASSERT_TRUE(JournalGets("job_state", [](const auto& r) { return r["to"] == "running"; }));
+
+  backend_->LosePlace("worker.2", "preempted");
+  ASSERT_TRUE(JournalGets("place_replacing", [](const auto& r) { return r["ok"] == true; }));
+  agents_.erase(2);
+  ASSERT_TRUE(GroupRestarted(1, 2));
+  ASSERT_TRUE(agents_[0]->RunsAttempt("worker:0", 1));
+
+  clock_.Advance(60s);
+  LoopCaughtUp();
+  agents_[0]->Checkpoint("worker:0", 100);
+  ASSERT_TRUE(JournalGets("checkpoint", [](const auto& r) { return r["step"] == 100; }));
+  LoopCaughtUp();
+  EXPECT_EQ(Events("group_restart_begun").size(), 1u)
+      << "the group re-formed at a checkpoint before worker.2's new agent registered";
+
+  ASSERT_TRUE(StartAgent(2)->accepted()) << agents_[2]->reason();
+  LoopCaughtUp();
+  EXPECT_EQ(Events("group_restart_begun").size(), 1u) << "grew before the next checkpoint";
+  agents_[0]->Checkpoint("worker:0", 200);
+  ASSERT_TRUE(GroupRestarted(2, 3));
+}
+
 // The backend granted worker.2 but has no room for it yet: the job starts with the two others,
 // and worker.2 joins when its agent registers. Never a failure, and a new master replaying the
 // journal sees the same.
@@ -380,6 +440,21 @@ TEST_F(ElasticPlacesTest, ADeferredPlaceLostBeforeItsAgentCameIsReplaced) {
   }));
   ASSERT_TRUE(StartAgent(2)->accepted()) << agents_[2]->reason();
   ASSERT_TRUE(GroupRestarted(1, 3));
+}
+
+// The backend must leave each elastic role at least min places with room; if it does not, the
+// job fails saying so rather than waiting for ever.
+TEST_F(ElasticPlacesTest, DeferringARoleBelowItsMinFailsTheJobWithTheReason) {
+  ASSERT_TRUE(JournalGets("admitted"));
+  backend_->Allocate({"worker.1", "worker.2"});
+  ASSERT_TRUE(JournalGets("allocated"));
+  ASSERT_TRUE(StartAgent(0)->accepted());
+  ASSERT_TRUE(JournalGets("job_finished"));
+  auto finished = Events("job_finished")[0];
+  EXPECT_EQ(finished.value("outcome", ""), "failed");
+  EXPECT_EQ(finished.value("reason", ""),
+            "the backend deferred the places of all but 1 of the worker tasks; the role needs "
+            "at least 2 to start");
 }
 
 // A deferred place's agent that never comes does not keep the job from succeeding.
