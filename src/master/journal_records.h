@@ -284,8 +284,8 @@ using JournalRecord =
                  Admitted, Allocated, CancelledOutside, AgentRegistered, AgentRefused,
                  AgentReattached, ReattachFailed, AgentLeaving, AgentDisconnected, AgentSilent,
                  AgentNotice, PlaceLost, PlaceReplacing, Rendezvous, TaskStateChanged, TaskHung,
-                 FailureHandled, SlotLeft, SlotRejoined, SlotDeferred, GroupRestartBegun, GroupRestarted,
-                 CheckpointReported, ResumedReported, ShardRecord, OtherRecord>;
+                 FailureHandled, SlotLeft, SlotRejoined, SlotDeferred, GroupRestartBegun,
+                 GroupRestarted, CheckpointReported, ResumedReported, ShardRecord, OtherRecord>;
 
 // A record as it lies in the journal: what happened and when.
 struct JournalEntry {

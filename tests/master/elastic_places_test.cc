@@ -211,7 +211,8 @@ class ElasticPlacesTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    auto parsed = spec::ParseJobSpec(std::string(Checkpoints() ? "checkpoint: {dir: /tmp}\n" : "") + R"(
+    std::string checkpoints = Checkpoints() ? "checkpoint: {dir: /tmp}\n" : "";
+    auto parsed = spec::ParseJobSpec(checkpoints + R"(
 name: edl
 on_failure: elastic
 max_restarts: 10
