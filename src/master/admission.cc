@@ -50,7 +50,7 @@ void Admission::ArmRegisterTimer() {
     std::string missing;
     int count = 0;
     for (const auto& g : job_->grants) {
-      if (host_->Registered(g.name)) continue;
+      if (host_->Registered(g.name) || job_->deferred_places.count(g.name) > 0) continue;
       if (++count <= kNamed) missing += (missing.empty() ? "" : ", ") + g.name;
     }
     if (count > kNamed) absl::StrAppend(&missing, " and ", count - kNamed, " more");
@@ -93,10 +93,15 @@ void Admission::OnAllocationEvent(const backends::Backend::AllocationEvent& even
       host_->SetPhase(JobPhase::kQueued, event.reason);
       break;
     case Kind::kAllocated:
-      if (job_->rendezvous_done || job_->phase != JobPhase::kQueued) return;
-      host_->Record(Allocated{backend_->Name()});
-      host_->SetPhase(JobPhase::kStarting, "waiting for agents to register");
-      ArmRegisterTimer();
+      if (job_->rendezvous_done) return;
+      // A backend that held the places from Acquire on may still name deferred ones.
+      if (job_->phase != JobPhase::kQueued && event.deferred.empty()) return;
+      host_->Record(Allocated{backend_->Name(), event.deferred});
+      if (job_->phase == JobPhase::kQueued) {
+        host_->SetPhase(JobPhase::kStarting, "waiting for agents to register");
+        ArmRegisterTimer();
+      }
+      if (!event.deferred.empty()) host_->RendezvousMayComplete();
       break;
     case Kind::kRefused: {
       std::string why = absl::StrCat("cannot be admitted: ", event.reason);

@@ -35,6 +35,8 @@ class Admission {
     virtual void AgentsStarted() = 0;
     // What the backend needs to start (or replace) this job's agents.
     virtual backends::AgentStartOptions AgentStartOptions() const = 0;
+    // Deferred places were named: the agents the rendezvous waits for may all be in already.
+    virtual void RendezvousMayComplete() = 0;
   };
 
   struct Options {
@@ -49,6 +51,7 @@ class Admission {
   void TryAdmit();
   void OnAllocationEvent(const backends::Backend::AllocationEvent& event);
   // The agents must register within the timeout, or the job fails naming those missing.
+  // Deferred places (journaled_state.h) are not waited for.
   void ArmRegisterTimer();
   void CancelRegisterTimer();
   // A recovering master: the agents must come back within the timeout; `on_timeout` then.

@@ -64,6 +64,9 @@ class FailurePolicy {
   std::optional<Clock::TimePoint> NextSlotBack() const;
   // The slot rejoins the world (its time came, or its role fell below min).
   void Unpark(const std::string& task_key);
+  // A slot the job started without (its place waits for room in the cluster): parked, back
+  // from `now` on, without a failure or a restart counted.
+  void Defer(const std::string& task_key, Clock::TimePoint now) { parked_[task_key] = now; }
 
   // A recovering master replays the decisions its predecessor journaled ("failure_handled"
   // records: task, action, restart), so budgets are never reset by a master crash. A parked

@@ -91,10 +91,13 @@ struct Admitted {
   std::string backend;
   std::vector<backends::NodeGrant> nodes;
 };
-// A batch scheduler started the job it had queued.
+// A batch scheduler started the job it had queued, or a backend with one place per task says
+// which places wait for room in the cluster (`deferred`: elastic slots beyond min, whose agents
+// come later; the job starts without them).
 struct Allocated {
   static constexpr const char* kType = "allocated";
   std::string backend;
+  std::vector<std::string> deferred;
 };
 struct CancelledOutside {
   static constexpr const char* kType = "cancelled_outside";
@@ -223,6 +226,18 @@ struct SlotRejoined {
   static constexpr const char* kType = "slot_rejoined";
   std::string task;
 };
+// The rendezvous left this elastic slot out: its place `node` was deferred and has no agent
+// yet. The slot (already moved to a terminal state, never started) waits out of the world,
+// parked and back at once, and joins through growth when its place's agent registers. Not a
+// failure: it costs no restart.
+struct SlotDeferred {
+  static constexpr const char* kType = "slot_deferred";
+  // The reason of the task's terminal task_state written just before.
+  static constexpr const char* kReason =
+      "waiting for room in the cluster; the job started without it";
+  std::string task;
+  std::string node;
+};
 // The group is being stopped to re-form as `generation`.
 struct GroupRestartBegun {
   static constexpr const char* kType = "group_restart_begun";
@@ -269,8 +284,8 @@ using JournalRecord =
                  Admitted, Allocated, CancelledOutside, AgentRegistered, AgentRefused,
                  AgentReattached, ReattachFailed, AgentLeaving, AgentDisconnected, AgentSilent,
                  AgentNotice, PlaceLost, PlaceReplacing, Rendezvous, TaskStateChanged, TaskHung,
-                 FailureHandled, SlotLeft, SlotRejoined, GroupRestartBegun, GroupRestarted,
-                 CheckpointReported, ResumedReported, ShardRecord, OtherRecord>;
+                 FailureHandled, SlotLeft, SlotRejoined, SlotDeferred, GroupRestartBegun,
+                 GroupRestarted, CheckpointReported, ResumedReported, ShardRecord, OtherRecord>;
 
 // A record as it lies in the journal: what happened and when.
 struct JournalEntry {

@@ -112,6 +112,10 @@ struct Applier {
     for (const auto& g : s.grants) s.granted_nodes.insert(g.name);
     return absl::OkStatus();
   }
+  absl::Status operator()(const Allocated& r) {
+    s.deferred_places.insert(r.deferred.begin(), r.deferred.end());
+    return absl::OkStatus();
+  }
   absl::Status operator()(const AgentRegistered& r) {
     s.node_addresses[r.node] = r.address;
     s.node_gpus[r.node] = r.gpus;
@@ -172,6 +176,15 @@ struct Applier {
     if (TaskRecord* t = FindTask(s, r.task)) {
       s.policy.Unpark(t->Key());
       s.tasks.SetInWorld(*t, true);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status operator()(const SlotDeferred& r) {
+    // Not the failure policy's decision: live and on replay alike, the record parks the slot.
+    if (TaskRecord* t = FindTask(s, r.task)) {
+      t->node = r.node;
+      s.tasks.SetInWorld(*t, false);
+      s.policy.Defer(t->Key(), now);
     }
     return absl::OkStatus();
   }

@@ -59,6 +59,9 @@ struct JournaledState {
   // Admission and rendezvous.
   std::vector<backends::NodeGrant> grants;
   std::set<std::string> granted_nodes;
+  // Granted places whose agents come later, when the cluster has room (allocated's
+  // `deferred`): the rendezvous does not wait for them.
+  std::set<std::string> deferred_places;
   std::map<std::string, std::string> node_addresses;  // node -> address its agent reported
   std::map<std::string, std::vector<std::string>> node_gpus;  // node -> GPUs its agent sees
   bool rendezvous_done = false;

@@ -111,6 +111,12 @@ class Master : public ControlPlane,
   // ---- registration and rendezvous (master_admission.cc)
   void OnRegister(AgentSession& session, const v1::AgentMessage& message);
   void CompleteRendezvous();
+  // Every granted place the rendezvous waits for (all but deferred ones) has its agent.
+  bool ExpectedAgentsRegistered();
+  void RendezvousMayComplete() override;
+  // At the rendezvous: the tasks of deferred places without an agent start out of the world
+  // (slot_deferred). False when the job cannot start without them (it is then stopping).
+  bool DeferSlotsWithoutPlace();
   // Ranks the tasks in the world as generation `generation` and journals it (the rendezvous
   // record, whose Apply sets each task's rank, place and port); the plan is plan_. `ports`: the
   // tasks' ports at the first rendezvous (later ones keep those the journal holds).
@@ -169,6 +175,7 @@ class Master : public ControlPlane,
     return FormWorld(generation, /*journal=*/true);
   }
   void Relaunch(const std::string& role) override;
+  bool PlaceReady(const TaskRecord& task) override;
   void Reply(uint64_t session, uint64_t request_id, const nlohmann::json& reply) override;
   void Checkpointed() override { restarts_.OnCheckpoint(); }
 
@@ -192,6 +199,8 @@ class Master : public ControlPlane,
   std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back
   std::set<std::string> replacing_nodes_;  // lost places whose new agent has not registered
   std::map<std::string, uint32_t> place_replacements_;
+  // Deferred places reported lost before the rendezvous: replaced once it is done.
+  std::set<std::string> deferred_lost_;
   bool recovery_started_ = false;
   std::vector<std::string> launched_roles_;
   // Horovod's gloo key-value store, for framework: horovod; null otherwise.

@@ -57,8 +57,12 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
   bool expected = job_.granted_nodes.count(req.node_name()) > 0;
   bool reattaching = awaiting_reattach_.count(req.node_name()) > 0;
   bool replacing = replacing_nodes_.count(req.node_name()) > 0;
+  // A deferred place whose agent comes after the job started without it.
+  bool joining = job_.rendezvous_done && !reattaching &&
+                 job_.deferred_places.count(req.node_name()) > 0 &&
+                 job_.node_addresses.count(req.node_name()) == 0;
   if (!expected || agents_.ForNode(req.node_name()) != nullptr ||
-      (job_.rendezvous_done && !reattaching && !replacing)) {
+      (job_.rendezvous_done && !reattaching && !replacing && !joining)) {
     refuse(absl::StrCat("node '", req.node_name(), "' is not expected or already registered"));
     return;
   }
@@ -90,10 +94,13 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
     ReconcileNode(session.node, message);
     return;
   }
-  if (replacing) {
-    // A new agent for a lost place: the world is unchanged, so it gets the same cluster spec
-    // and the tasks that were waiting for it.
+  deferred_lost_.erase(session.node);
+  if (replacing || joining) {
+    // A new agent for a lost place, or the first for a deferred one: the world is unchanged,
+    // so it gets the same cluster spec and the tasks that were waiting for it. Parked slots
+    // there may come back now (growth waits for their place).
     replacing_nodes_.erase(session.node);
+    if (joining) Notice(absl::StrCat(session.node, " has room now; its tasks join the group"));
     agents_.Send(session, ClusterSpecMessage());
     std::set<std::string> waiting;
     for (const auto& t : job_.tasks.tasks()) {
@@ -105,19 +112,84 @@ void Master::OnRegister(AgentSession& session, const v1::AgentMessage& message) 
                                          [&](const std::string& r) { return waiting.count(r) > 0; }),
                           launched_roles_.end());
     LaunchReadyRoles();
+    restarts_.CheckGrowth();
     return;
   }
-  if (agents_.registered() == job_.grants.size()) CompleteRendezvous();
+  if (ExpectedAgentsRegistered()) CompleteRendezvous();
+}
+
+bool Master::ExpectedAgentsRegistered() {
+  if (job_.deferred_places.empty()) return agents_.registered() == job_.grants.size();
+  for (const auto& g : job_.grants) {
+    if (job_.deferred_places.count(g.name) == 0 && agents_.ForNode(g.name) == nullptr) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void Master::RendezvousMayComplete() {
+  if (job_.rendezvous_done || job_.grants.empty() || Ending()) return;
+  if (ExpectedAgentsRegistered()) CompleteRendezvous();
+}
+
+bool Master::DeferSlotsWithoutPlace() {
+  const std::vector<PlacedTask>& placement = admission_.placement();
+  std::vector<TaskRecord>& tasks = job_.tasks.tasks();
+  std::vector<size_t> deferred;
+  std::map<std::string, uint32_t> present;  // role -> its tasks on places with an agent
+  for (size_t i = 0; i < placement.size() && i < tasks.size(); ++i) {
+    const std::string& node = placement[i].node;
+    if (job_.deferred_places.count(node) == 0 || agents_.ForNode(node) != nullptr) {
+      present[tasks[i].role]++;
+      continue;
+    }
+    const spec::Role* role = options_.spec.FindRole(tasks[i].role);
+    if (role == nullptr || role->on_failure != spec::OnFailure::kElastic ||
+        role->min_instances == 0) {
+      BeginStopping(JobPhase::kFailed,
+                    absl::StrCat("the backend deferred the place ", node, " of ", tasks[i].Key(),
+                                 ", but only an elastic role can start without some of its "
+                                 "tasks"));
+      return false;
+    }
+    deferred.push_back(i);
+  }
+  if (deferred.empty()) return true;
+  for (const auto& role : options_.spec.roles) {
+    if (role.on_failure != spec::OnFailure::kElastic || role.min_instances == 0) continue;
+    if (present[role.name] < role.min_instances) {
+      BeginStopping(JobPhase::kFailed,
+                    absl::StrCat("the backend deferred the places of all but ",
+                                 present[role.name], " of the ", role.name,
+                                 " tasks; the role needs at least ", role.min_instances,
+                                 " to start"));
+      return false;
+    }
+  }
+  for (size_t i : deferred) {
+    Transition(tasks[i], TaskState::kKilled, SlotDeferred::kReason);
+    Record(SlotDeferred{tasks[i].Key(), placement[i].node});
+  }
+  Notice(absl::StrCat("starting without ", deferred.size(),
+                      " task(s) whose places wait for room in the cluster; they join when "
+                      "their agents register"));
+  return true;
 }
 
 void Master::CompleteRendezvous() {
   admission_.CancelRegisterTimer();
   job_.rendezvous_done = true;
+  if (!DeferSlotsWithoutPlace()) return;
   std::map<std::string, std::vector<uint32_t>> free_ports;
+  std::vector<PlacedTask> with_agent;  // deferred places' tasks get their ports when they join
   for (const auto& p : admission_.placement()) {
-    if (AgentSession* s = agents_.ForNode(p.node)) free_ports[p.node] = s->free_ports;
+    AgentSession* s = agents_.ForNode(p.node);
+    if (s == nullptr) continue;
+    free_ports[p.node] = s->free_ports;
+    with_agent.push_back(p);
   }
-  auto ports = AssignTaskPorts(admission_.placement(), free_ports);
+  auto ports = AssignTaskPorts(with_agent, free_ports);
   if (!ports.ok()) {
     BeginStopping(JobPhase::kFailed, std::string(ports.status().message()));
     return;
@@ -128,6 +200,10 @@ void Master::CompleteRendezvous() {
   SetPhase(JobPhase::kStarting, "launching tasks");
   SendClusterSpec();
   LaunchReadyRoles();
+  // Deferred places lost while the job waited for its other agents: their slots come back on
+  // new ones.
+  for (const std::string& node : std::set<std::string>(deferred_lost_)) ReplacePlace(node);
+  deferred_lost_.clear();
 }
 
 std::optional<size_t> Master::FormWorld(uint32_t generation, bool journal,
@@ -144,6 +220,31 @@ std::optional<size_t> Master::FormWorld(uint32_t generation, bool journal,
   in.node_addresses = &job_.node_addresses;
   in.node_gpus = &job_.node_gpus;
   in.slot_ports = ports != nullptr ? ports : &job_.slot_ports;
+  // A slot that joins after the first rendezvous (its place was deferred) takes a port its
+  // place's agent offered that no task there holds; the rendezvous record keeps it from then on.
+  std::map<std::string, uint32_t> with_joined;
+  const std::vector<PlacedTask>& placement = admission_.placement();
+  const std::vector<TaskRecord>& tasks = job_.tasks.tasks();
+  for (size_t i = 0; i < placement.size() && i < tasks.size(); ++i) {
+    if (!tasks[i].in_world || in.slot_ports->count(tasks[i].Key()) > 0) continue;
+    AgentSession* s = agents_.ForNode(placement[i].node);
+    if (s == nullptr) continue;
+    if (with_joined.empty()) with_joined = *in.slot_ports;
+    std::set<uint32_t> held;
+    for (size_t j = 0; j < placement.size() && j < tasks.size(); ++j) {
+      if (placement[j].node != placement[i].node) continue;
+      if (auto it = with_joined.find(tasks[j].Key()); it != with_joined.end()) {
+        held.insert(it->second);
+      }
+    }
+    for (uint32_t port : s->free_ports) {
+      if (held.count(port) == 0) {
+        with_joined[tasks[i].Key()] = port;
+        break;
+      }
+    }
+  }
+  if (!with_joined.empty()) in.slot_ports = &with_joined;
   if (horovod_rendezvous_) {
     in.rendezvous_host = horovod_rendezvous_->host();
     in.rendezvous_port = horovod_rendezvous_->port();
@@ -245,6 +346,11 @@ void Master::LaunchReadyRoles() {
 }
 
 bool Master::Registered(const std::string& node) { return agents_.ForNode(node) != nullptr; }
+
+bool Master::PlaceReady(const TaskRecord& task) {
+  return !task.node.empty() && agents_.ForNode(task.node) != nullptr &&
+         replacing_nodes_.count(task.node) == 0;
+}
 
 void Master::AgentsStarted() {
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });

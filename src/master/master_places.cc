@@ -30,7 +30,12 @@ void Master::OnPlaceLost(const std::string& node, const std::string& why) {
     }
     Transition(t, TaskState::kKilled, "lost with its agent");
   }
-  if (!job_.rendezvous_done && job_.phase != JobPhase::kStopping) {
+  if (!job_.rendezvous_done && job_.phase != JobPhase::kStopping &&
+      job_.deferred_places.count(node) > 0) {
+    // The job may start without it; its slot waits for a new agent, asked for once the
+    // rendezvous is done.
+    deferred_lost_.insert(node);
+  } else if (!job_.rendezvous_done && job_.phase != JobPhase::kStopping) {
     BeginStopping(JobPhase::kFailed,
                   absl::StrCat("the agent for ", node, " ended before registering: ", why));
   }
@@ -58,7 +63,9 @@ void Master::ReplacePlace(const std::string& node) {
   }
   bool needed = false;
   for (const auto& t : job_.tasks.tasks()) {
-    needed |= (t.node == node && (t.restart_pending || t.state == TaskState::kPending));
+    // A parked elastic slot can only come back on a place with an agent.
+    needed |= (t.node == node && (t.restart_pending || t.state == TaskState::kPending ||
+                                  job_.policy.IsParked(t.Key())));
   }
   if (!needed) return;
   backends::AgentStartOptions start = AgentStartOptions();
@@ -128,6 +135,11 @@ void Master::BeginStopping(JobPhase outcome, const std::string& reason) {
   SetPhase(JobPhase::kStopping, reason);
   // Restarts that were scheduled will not happen: say so instead of promising them.
   for (auto& t : job_.tasks.tasks()) {
+    if (!t.in_world && !t.restart_pending && IsTerminal(t.state) &&
+        job_.policy.IsParked(t.Key())) {
+      t.reason = absl::StrCat(t.reason, "; the job ended before it could join");  // deferred
+      continue;
+    }
     if (!t.restart_pending || !IsTerminal(t.state)) continue;
     t.restart_pending = false;
     if (t.state == TaskState::kSucceeded) {

@@ -35,12 +35,19 @@ void Master::Recover() {
   if (job_.rendezvous_done) FormWorld(job_.generation, /*journal=*/false);
   backends::AgentStartOptions start = AgentStartOptions();
   auto st = backend_->Reattach(options_.job_id, job_.grants, start);
-  for (const auto& g : job_.grants) awaiting_reattach_.insert(g.name);
+  for (const auto& g : job_.grants) {
+    // A deferred place whose agent never came has nothing to re-attach to: it registers as a
+    // late one when the cluster has room.
+    if (job_.deferred_places.count(g.name) > 0 && job_.node_addresses.count(g.name) == 0) {
+      continue;
+    }
+    awaiting_reattach_.insert(g.name);
+  }
   if (!st.ok()) {
     spdlog::warn("re-attaching to the job's agents: {}", st.ToString());
     Record(ReattachFailed{std::string(st.message())});
     for (const auto& g : job_.grants) {
-      awaiting_reattach_.erase(g.name);
+      if (awaiting_reattach_.erase(g.name) == 0) continue;
       OnPlaceLost(g.name, absl::StrCat("while the master was down: ", st.message()));
     }
     return;
@@ -52,6 +59,14 @@ void Master::Recover() {
       backend_->TerminatePlace(node);
       FailTasksOnNode(node, absl::StrCat("lost: the agent on ", node,
                                          " did not come back to the new master"));
+      // Its tasks are now elastic slots out of the world: they come back only on a new agent.
+      bool any = false, parked_only = true;
+      for (const auto& t : job_.tasks.tasks()) {
+        if (t.node != node) continue;
+        any = true;
+        parked_only &= !t.in_world && job_.policy.IsParked(t.Key());
+      }
+      if (any && parked_only) ReplacePlace(node);
     }
   });
   loop_.PostAfter(options_.heartbeat_interval, [this] { CheckHeartbeats(); });

@@ -37,7 +37,8 @@ std::chrono::milliseconds GroupRelaunchDelay(const spec::JobSpec& spec,
 std::vector<std::string> SlotsToRejoin(const spec::JobSpec& spec,
                                        const std::vector<TaskRecord>& tasks,
                                        const std::map<std::string, Clock::TimePoint>& parked,
-                                       Clock::TimePoint now) {
+                                       Clock::TimePoint now,
+                                       const std::function<bool(const TaskRecord&)>& place_ready) {
   std::vector<std::string> rejoin;
   for (const auto& role : spec.roles) {
     if (role.min_instances == 0) continue;
@@ -46,7 +47,7 @@ std::vector<std::string> SlotsToRejoin(const spec::JobSpec& spec,
     for (const auto& t : tasks) {
       if (t.role != role.name || t.in_world) continue;
       auto it = parked.find(t.Key());
-      bool due = it == parked.end() || it->second <= now;
+      bool due = (it == parked.end() || it->second <= now) && place_ready(t);
       if (due || in_world < role.min_instances) {
         rejoin.push_back(t.Key());
         ++in_world;
@@ -184,8 +185,9 @@ void RestartCoordinator::MaybeRelaunchGroup() {
 
 void RestartCoordinator::RelaunchGroup() {
   if (host_->Ending()) return;
-  for (const std::string& key :
-       SlotsToRejoin(job_->spec, job_->tasks.tasks(), job_->policy.parked(), clock_->Now())) {
+  auto place_ready = [this](const TaskRecord& t) { return host_->PlaceReady(t); };
+  for (const std::string& key : SlotsToRejoin(job_->spec, job_->tasks.tasks(),
+                                              job_->policy.parked(), clock_->Now(), place_ready)) {
     host_->Record(SlotRejoined{key});
   }
   for (auto& t : job_->tasks.tasks()) {
@@ -206,13 +208,18 @@ void RestartCoordinator::RelaunchGroup() {
 void RestartCoordinator::CheckGrowth() {
   if (job_->policy.parked().empty() || host_->Ending()) return;
   auto now = clock_->Now();
-  if (!job_->policy.SlotsBack(now).empty()) {
+  if (!SlotsReady(now).empty()) {
     if (StoppingGroup()) return;  // RelaunchGroup checks again
     grow_pending_ = true;
     if (!job_->spec.checkpoint.configured) BeginGrowth();
     return;
   }
-  auto next = job_->policy.NextSlotBack();
+  // Slots whose backoff has passed wait for their place: its agent's registration calls this
+  // again. The others wait for their time.
+  std::optional<Clock::TimePoint> next;
+  for (const auto& [key, at] : job_->policy.parked()) {
+    if (at > now && (!next || at < *next)) next = at;
+  }
   if (next && !grow_timer_set_) {
     grow_timer_set_ = true;
     host_->PostAfter(std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +
@@ -224,6 +231,16 @@ void RestartCoordinator::CheckGrowth() {
   }
 }
 
+std::vector<std::string> RestartCoordinator::SlotsReady(Clock::TimePoint now) {
+  std::vector<std::string> ready;
+  for (const std::string& key : job_->policy.SlotsBack(now)) {
+    auto [role, index] = SplitTaskKey(key);
+    const TaskRecord* t = job_->tasks.Find(role, index);
+    if (t != nullptr && host_->PlaceReady(*t)) ready.push_back(key);
+  }
+  return ready;
+}
+
 void RestartCoordinator::OnCheckpoint() {
   if (grow_pending_) BeginGrowth();
 }
@@ -231,7 +248,7 @@ void RestartCoordinator::OnCheckpoint() {
 void RestartCoordinator::BeginGrowth() {
   if (!grow_pending_ || StoppingGroup() || host_->Ending()) return;
   grow_pending_ = false;
-  size_t back = job_->policy.SlotsBack(clock_->Now()).size();
+  size_t back = SlotsReady(clock_->Now()).size();
   if (back == 0) return;
   BeginGroupRestart(absl::StrCat("capacity is back for ", back, " task(s)"),
                     std::chrono::milliseconds(0));

@@ -25,12 +25,14 @@ std::chrono::milliseconds GroupRelaunchDelay(const spec::JobSpec& spec,
                                              Clock::TimePoint now,
                                              std::chrono::milliseconds delay);
 
-// The parked slots that rejoin at a relaunch: those whose time is up, and earlier ones while
-// their role is below min. Task keys, in JobState's order per role. Pure.
+// The parked slots that rejoin at a relaunch: those whose time is up and whose place is ready
+// (`place_ready`: its agent is registered), and earlier or placeless ones while their role is
+// below min. Task keys, in JobState's order per role. Pure.
 std::vector<std::string> SlotsToRejoin(const spec::JobSpec& spec,
                                        const std::vector<TaskRecord>& tasks,
                                        const std::map<std::string, Clock::TimePoint>& parked,
-                                       Clock::TimePoint now);
+                                       Clock::TimePoint now,
+                                       const std::function<bool(const TaskRecord&)>& place_ready);
 
 class RestartCoordinator {
  public:
@@ -51,6 +53,10 @@ class RestartCoordinator {
     virtual std::optional<size_t> FormWorld(uint32_t generation) = 0;
     // Launches the pending tasks of `role` (empty: every role of the group) again.
     virtual void Relaunch(const std::string& role) = 0;
+    // Whether the task's place has an agent that could run it now: a slot whose place was lost
+    // and is being replaced (a preempted pod waiting for room) would hold the whole group in
+    // its rendezvous if it rejoined before its new agent registered.
+    virtual bool PlaceReady(const TaskRecord& task) = 0;
   };
 
   RestartCoordinator(JournaledState* job, Host* host, Clock* clock,
@@ -67,8 +73,9 @@ class RestartCoordinator {
   void BeginGroupRestart(const std::string& reason, std::chrono::milliseconds delay);
   // Relaunches the group once every task of it has stopped.
   void MaybeRelaunchGroup();
-  // Elastic: parked slots come back once their backoff has passed. The job grows towards max
-  // at the next checkpoint (no work lost), or at once when the job keeps no checkpoints.
+  // Elastic: parked slots come back once their backoff has passed and their place is ready
+  // (Host::PlaceReady). The job grows towards max at the next checkpoint (no work lost), or at
+  // once when the job keeps no checkpoints. Called again when a place becomes ready.
   void CheckGrowth();
   // A checkpoint was reported: a pending growth happens now.
   void OnCheckpoint();
@@ -84,6 +91,8 @@ class RestartCoordinator {
   void ScheduleTaskRestart(TaskRecord& task, const PolicyDecision& decision);
   void RelaunchGroup();
   void BeginGrowth();
+  // The parked slots whose backoff has passed and whose place is ready.
+  std::vector<std::string> SlotsReady(Clock::TimePoint now);
 
   JournaledState* job_;
   Host* host_;

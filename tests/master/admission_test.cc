@@ -61,6 +61,7 @@ class RecordingHost : public Admission::Host {
   bool Registered(const std::string& node) override { return registered.count(node) > 0; }
   void AgentsStarted() override { ++agents_started; }
   backends::AgentStartOptions AgentStartOptions() const override { return {}; }
+  void RendezvousMayComplete() override { ++rendezvous_checks; }
 
   // Runs the timers set so far (not those they set).
   void RunTimers() {
@@ -77,6 +78,7 @@ class RecordingHost : public Admission::Host {
   std::set<std::string> registered;
   std::string stopped;
   int agents_started = 0;
+  int rendezvous_checks = 0;
 };
 
 spec::JobSpec TwoWorkers() {
@@ -201,6 +203,27 @@ TEST(AdmissionTest, ABatchSchedulerQueuesAllocatesOrCancels) {
   admission.OnAllocationEvent({Kind::kCancelled, "scancel"});
   EXPECT_EQ(host.stopped, "killed: scancel");
   EXPECT_EQ(host.records.back(), "cancelled_outside");
+}
+
+// A backend with one place per task names the places that wait for room (elastic slots
+// beyond min): the registration deadline does not wait for them.
+TEST(AdmissionTest, DeferredPlacesAreNotWaitedForByTheRegistrationDeadline) {
+  spec::JobSpec spec = TwoWorkers();
+  JournaledState job("a-5", spec);
+  ScriptedBackend backend;
+  backend.answers = {std::vector<backends::NodeGrant>{Grant("w0", 1), Grant("w1", 1),
+                                                      Grant("w2", 1)}};
+  RecordingHost host(&job);
+  Admission admission(&job, &backend, &host, {"a-5"});
+  admission.TryAdmit();
+  using Kind = backends::Backend::AllocationEvent::Kind;
+  admission.OnAllocationEvent({Kind::kAllocated, "", {"w2"}});
+  EXPECT_EQ(host.records.back(), "allocated");
+  EXPECT_EQ(job.deferred_places, std::set<std::string>{"w2"});
+  EXPECT_EQ(host.rendezvous_checks, 1);
+  host.registered = {"w0"};
+  host.RunTimers();
+  EXPECT_EQ(host.stopped, "failed: agents on w1 did not register within 30.0s");
 }
 
 }  // namespace

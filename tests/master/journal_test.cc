@@ -47,6 +47,8 @@ TEST(JournalRecordsTest, KnownRecordsKeepTheirJsonForm) {
       R"({"generation":1,"type":"group_restarted","world_size":2})",
       R"({"task":"worker:1","type":"slot_left"})",
       R"({"task":"worker:1","type":"slot_rejoined"})",
+      R"({"node":"worker.1","task":"worker:1","type":"slot_deferred"})",
+      R"({"backend":"kubernetes","deferred":["worker.2"],"type":"allocated"})",
       R"({"reason":"","to":"running","type":"job_state"})",
       R"({"outcome":"succeeded","reason":"r","type":"outcome_decided"})",
       R"({"outcome":"succeeded","reason":"r","type":"job_finished"})",
@@ -64,6 +66,14 @@ TEST(JournalRecordsTest, KnownRecordsKeepTheirJsonForm) {
     EXPECT_EQ(ToJson(*entry), line) << text;
     EXPECT_EQ(entry->unix_ms(), 1796460031092);
   }
+}
+
+TEST(JournalRecordsTest, AnAllocatedRecordOfAnOlderShoalHasNoDeferredPlaces) {
+  auto entry = FromJson(nlohmann::json::parse(R"({"type":"allocated","backend":"slurm"})"));
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  ASSERT_TRUE(std::holds_alternative<Allocated>(entry->record));
+  EXPECT_EQ(std::get<Allocated>(entry->record).backend, "slurm");
+  EXPECT_TRUE(std::get<Allocated>(entry->record).deferred.empty());
 }
 
 TEST(JournalRecordsTest, UnknownTypesAreKeptAndWrongFieldTypesAreDataLoss) {
@@ -148,6 +158,7 @@ class LiveJob : public RestartCoordinator::Host {
     return plan.tasks.size();
   }
   void Relaunch(const std::string&) override {}
+  bool PlaceReady(const TaskRecord&) override { return true; }
 
   void RunTimers() {
     auto due = std::move(timers);
@@ -202,6 +213,7 @@ std::string Describe(JournaledState& s) {
   }
   for (const auto& g : s.grants) out << "grant " << g.name << " " << g.address << "\n";
   for (const auto& n : s.granted_nodes) out << "granted " << n << "\n";
+  for (const auto& n : s.deferred_places) out << "deferred " << n << "\n";
   for (const auto& [n, a] : s.node_addresses) out << "address " << n << "=" << a << "\n";
   for (const auto& [n, g] : s.node_gpus) out << "gpus " << n << "=" << g.size() << "\n";
   for (const auto& [k, p] : s.slot_ports) out << "port " << k << "=" << p << "\n";
@@ -235,7 +247,7 @@ TEST(JournaledStateTest, ReplayingEveryRecordKindRebuildsTheLiveState) {
   }
   live.Record(Queued{"waiting for CPUs"});
   live.Record(JobStateChanged{"queued", "waiting for CPUs"});
-  live.Record(Allocated{"slurm"});
+  live.Record(Allocated{"slurm", {"n2"}});
   backends::NodeGrant grant;
   grant.name = "n1";
   grant.address = "10.0.0.1";
@@ -312,6 +324,9 @@ TEST(JournaledStateTest, ReplayingEveryRecordKindRebuildsTheLiveState) {
   for (auto& t : live.job.tasks.tasks()) {
     live.StopTask(t, std::chrono::milliseconds(0), "stopped: killed by the user");
   }
+  // A slot the job started without (its place deferred) would go out of the world like this;
+  // here only to replay the record.
+  live.Record(SlotDeferred{"worker:1", "n2"});
   live.Record(JobFinished{"killed", "killed by the user"});
   live.Record(JobStateChanged{"killed", "killed by the user"});
   compare_with_replay("finished");

@@ -66,14 +66,33 @@ TEST(RestartCoordinatorTest, SlotsRejoinWhenDueOrWhileTheirRoleIsBelowMin) {
   std::map<std::string, Clock::TimePoint> parked = {{"worker:1", now + seconds(5)},
                                                     {"worker:2", now - seconds(1)},
                                                     {"worker:3", now + seconds(9)}};
+  auto ready = [](const TaskRecord&) { return true; };
   // worker:1 (not due) rejoins to bring the role up to min; worker:2 is due; worker:3 waits.
-  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now), ElementsAre("worker:1", "worker:2"));
+  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now, ready),
+              ElementsAre("worker:1", "worker:2"));
   // Every slot's time has come.
-  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now + seconds(10)),
+  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now + seconds(10), ready),
               ElementsAre("worker:1", "worker:2", "worker:3"));
   // A slot out of the world that is not parked (its restart was decided otherwise) rejoins.
-  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), {}, now),
+  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), {}, now, ready),
               ElementsAre("worker:1", "worker:2", "worker:3"));
+}
+
+// A slot whose place has no agent yet (a replacement pod waiting for room) would hold the
+// group's rendezvous: it waits, unless its role needs it to reach min.
+TEST(RestartCoordinatorTest, ADueSlotWaitsForItsPlaceUnlessItsRoleIsBelowMin) {
+  spec::JobSpec spec = ElasticJob();
+  JobState state = ShrunkToOne(spec);
+  Clock::TimePoint now{seconds(100)};
+  std::map<std::string, Clock::TimePoint> parked = {{"worker:1", now - seconds(1)},
+                                                    {"worker:2", now - seconds(1)},
+                                                    {"worker:3", now - seconds(1)}};
+  auto only_worker_3_ready = [](const TaskRecord& t) { return t.Key() == "worker:3"; };
+  // worker:1 rejoins for min (its place or not); worker:2 waits for its place; worker:3 is ready.
+  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now, only_worker_3_ready),
+              ElementsAre("worker:1", "worker:3"));
+  auto none_ready = [](const TaskRecord&) { return false; };
+  EXPECT_THAT(SlotsToRejoin(spec, state.tasks(), parked, now, none_ready), ElementsAre("worker:1"));
 }
 
 }  // namespace
