@@ -143,3 +143,29 @@ kubernetes:
     r = run_shoal("run", "--backend", "kubernetes", job)
     assert r.returncode == 2, r
     assert "job.yaml:6: kubernetes.agent_host_path: must be an absolute path" in r.stderr
+
+
+def test_a_node_without_the_agent_fails_the_job_fast_with_the_reason(run_shoal, write_job,
+                                                                      namespace, host_dir):
+    """--agent-host-path naming a directory the node lacks (no DaemonSet there): the kubelet
+    cannot mount it and says so only in an event; the job fails within seconds with that
+    reason instead of starting forever, and leaves nothing in the namespace."""
+    job = write_job(f"""\
+name: no-agent
+roles:
+  worker:
+    instances: 1
+    command: [/usr/bin/python3, -c, "print('never')"]
+    resources: {{cpus: 0.05, memory: 64MiB}}
+kubernetes:
+  image: {IMAGE}
+  image_pull_policy: Never
+""")
+    missing = os.path.join(host_dir, "absent")
+    r = run_shoal("run", "--backend", "kubernetes", "--namespace", namespace,
+                  "--agent-host-path", missing, job, timeout=120)
+    assert r.returncode == 1, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert "cannot mount its volumes" in r.stderr and missing in r.stderr, r.stderr[-2000:]
+    left = kubectl("get", "pods,secrets,configmaps", "-n", namespace, "-l",
+                   "app.kubernetes.io/managed-by=shoal", "-o", "name").stdout.split()
+    assert not left, left

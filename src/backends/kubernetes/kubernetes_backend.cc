@@ -113,6 +113,7 @@ void KubernetesBackend::SetAgentArgs(const AgentStartOptions& options) {
 
 void KubernetesBackend::StartThreads() {
   watcher_ = std::thread([this] { Watch(); });
+  event_watcher_ = std::thread([this] { WatchMountFailures(); });
   commander_ = std::thread([this] { RunCommands(); });
 }
 
@@ -141,7 +142,8 @@ absl::Status KubernetesBackend::CreateOwnerAndSecret(const std::string& token) {
   return absl::OkStatus();
 }
 
-absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t attempt) {
+absl::StatusOr<nlohmann::json> KubernetesBackend::PodManifest(const std::string& place,
+                                                              uint32_t attempt) {
   std::string role;
   uint32_t index = 0;
   {
@@ -156,23 +158,30 @@ absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t att
     if (r.name == role) spec_role = &r;
   }
   if (spec_role == nullptr) return absl::NotFoundError(absl::StrCat("no role ", role));
-  nlohmann::json pod =
-      TaskPod(*spec_role, index, attempt, KubernetesConfigOf(job_), context_, agent_args_);
-  if (options_.gang_admission) {
+  return TaskPod(*spec_role, index, attempt, KubernetesConfigOf(job_), context_, agent_args_);
+}
+
+absl::Status KubernetesBackend::CreatePod(const std::string& place, uint32_t attempt,
+                                          bool gated) {
+  absl::StatusOr<nlohmann::json> pod = PodManifest(place, attempt);
+  if (!pod.ok()) return pod.status();
+  if (gated) {
     // The scheduler ignores a gated pod: it holds nothing and blocks no one until admitted.
-    pod["spec"]["schedulingGates"] = nlohmann::json::array({{{"name", kGangGate}}});
+    (*pod)["spec"]["schedulingGates"] = nlohmann::json::array({{{"name", kGangGate}}});
   }
-  auto created = client_->Create(PodsPath(), pod);
+  auto created = client_->Create(PodsPath(), *pod);
   if (!created.ok() && created.status().code() != absl::StatusCode::kAlreadyExists) {
     return created.status();
   }
   absl::MutexLock lock(&mu_);
-  places_[place].admitted = !options_.gang_admission;
-  if (options_.gang_admission) {
-    // The object as created holds what admission plugins filled in (spec.priority).
-    manifests_[place] = created.ok() ? std::move(*created) : std::move(pod);
-    waiting_admission_.push_back(place);
+  if (!gated) {
+    places_[place].admitted = true;
+    return absl::OkStatus();
   }
+  places_[place].admitted = false;
+  // The object as created holds what admission plugins filled in (spec.priority).
+  manifests_[place] = created.ok() ? std::move(*created) : std::move(*pod);
+  waiting_admission_.push_back(place);
   return absl::OkStatus();
 }
 
@@ -190,8 +199,16 @@ absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
     absl::MutexLock lock(&mu_);
     for (const auto& [name, place] : places_) names.push_back(name);
   }
+  // When no other admission runs and the gang fits now, its pods are created admitted, without
+  // the gate: a patch per pod and a pass through the scheduler's gated pods less on the way to
+  // running. The lease is held until the scheduler has bound them, as for any admission.
+  std::vector<std::string> admitted;
+  if (options_.gang_admission) admitted = AdmitBeforeCreating();
+  size_t admitted_at_creation = 0;
   for (const std::string& place : names) {
-    if (absl::Status st = CreatePod(place, 0); !st.ok()) {
+    bool gated = options_.gang_admission &&
+                 std::find(admitted.begin(), admitted.end(), place) == admitted.end();
+    if (absl::Status st = CreatePod(place, 0, gated); !st.ok()) {
       Release();
       return absl::FailedPreconditionError(
           absl::StrCat("cannot create the pod of ", place, " in namespace ", options_.ns, ": ",
@@ -203,11 +220,16 @@ absl::Status KubernetesBackend::StartAgents(const AgentStartOptions& options) {
   {
     absl::MutexLock lock(&mu_);
     next_admission_ = std::chrono::steady_clock::now();
-    gang_admitted_ = !options_.gang_admission;
+    if (!options_.gang_admission) gang_admitted_ = true;
+    admitted_at_creation = admitted.size();
+    bind_wait_ = std::move(admitted);
   }
   // Until every pod runs, the job is queued: admission, then images and the agent's install.
-  Queue(options_.gang_admission ? "waiting for the gang's admission"
-                                : "waiting for the pods to be scheduled and started");
+  if (!options_.gang_admission) {
+    Queue("waiting for the pods to be scheduled and started");
+  } else if (admitted_at_creation == 0) {
+    Queue("waiting for the gang's admission");
+  }
   if (!options_.state_dir.empty() && MakeDirs(options_.state_dir).ok()) {
     nlohmann::json record = {{"namespace", options_.ns},
                              {"owner", context_.job_object},
@@ -279,6 +301,73 @@ void KubernetesBackend::Watch() {
     if (!IsResourceVersionTooOld(next.status())) failed(next.status(), "cannot watch");
     resource_version.clear();
   }
+}
+
+void KubernetesBackend::WatchMountFailures() {
+  auto stop = [this] {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  };
+  const std::string path = absl::StrCat("/api/v1/namespaces/", options_.ns,
+                                        "/events?fieldSelector=", Escape("reason=FailedMount"));
+  std::string resource_version;
+  int failures = 0;
+  auto pause = [&] {
+    auto until = std::chrono::steady_clock::now() + Ms(500) * (1 << std::min(failures++, 4));
+    while (!stop() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(Ms(100));
+    }
+  };
+  while (!stop()) {
+    if (resource_version.empty()) {
+      auto list = client_->Get(path);
+      if (!list.ok()) {
+        if (list.status().code() == absl::StatusCode::kPermissionDenied) {
+          spdlog::warn("may not read events in namespace {} ({}): a pod that cannot mount its "
+                       "volumes will show only as starting", options_.ns,
+                       std::string(list.status().message()));
+          return;
+        }
+        pause();  // the pods' watch says when the API server is down
+        continue;
+      }
+      failures = 0;
+      for (const nlohmann::json& event : (*list)["items"]) OnMountFailure(event);
+      resource_version = (*list)["metadata"].value("resourceVersion", "");
+    }
+    auto next = client_->Watch(
+        path, resource_version,
+        [this](absl::string_view type, const nlohmann::json& event) {
+          if (type != "DELETED") OnMountFailure(event);
+        },
+        stop);
+    if (next.ok()) {
+      resource_version = *next;
+      continue;
+    }
+    if (!IsResourceVersionTooOld(next.status())) pause();
+    resource_version.clear();
+  }
+}
+
+void KubernetesBackend::OnMountFailure(const nlohmann::json& event) {
+  std::optional<MountFailure> failure = ObserveMountFailure(event);
+  if (!failure) return;
+  PodObservation pod;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, place] : places_) {
+      if (PodName(context_.job_object, place.role, place.index, place.attempt) == failure->pod) {
+        pod.name = failure->pod;
+        pod.place = name;
+        pod.attempt = place.attempt;
+      }
+    }
+  }
+  if (pod.place.empty()) return;  // another job's pod, or an attempt already replaced
+  pod.state = PodObservation::State::kCannotStart;
+  pod.reason = failure->reason;
+  Observe(pod);
 }
 
 void KubernetesBackend::Observe(const PodObservation& pod) {
@@ -399,18 +488,21 @@ void KubernetesBackend::RunCommands() {
   for (;;) {
     std::optional<std::pair<std::string, std::string>> deletion;
     std::optional<std::string> creation;
+    std::vector<std::string> bind_wait;
     bool admit = false;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !deletions_.empty() || !creations_.empty() ||
+        return stopping_ || !deletions_.empty() || !creations_.empty() || !bind_wait_.empty() ||
                (!waiting_admission_.empty() &&
                 std::chrono::steady_clock::now() >= next_admission_);
       };
       // Woken by commands; an admission that is due is noticed within 100 ms.
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (stopping_) return;
-      if (!deletions_.empty()) {
+      if (!bind_wait_.empty()) {
+        bind_wait.swap(bind_wait_);
+      } else if (!deletions_.empty()) {
         deletion = deletions_.front();
         deletions_.pop_front();
       } else if (!creations_.empty()) {
@@ -420,6 +512,7 @@ void KubernetesBackend::RunCommands() {
         admit = ready();
       }
     }
+    if (!bind_wait.empty()) AwaitBound(bind_wait, /*first=*/true);
     if (deletion) DeletePod(deletion->second);
     if (creation) {
       uint32_t attempt = 0;
@@ -427,7 +520,7 @@ void KubernetesBackend::RunCommands() {
         absl::MutexLock lock(&mu_);
         attempt = places_[*creation].attempt;
       }
-      if (absl::Status st = CreatePod(*creation, attempt); !st.ok()) {
+      if (absl::Status st = CreatePod(*creation, attempt, options_.gang_admission); !st.ok()) {
         spdlog::warn("cannot create a new pod for {}: {}", *creation, st.ToString());
         PlaceLostCallback on_lost;
         {
@@ -452,6 +545,102 @@ void KubernetesBackend::Queue(const std::string& reason) {
   }
   spdlog::info("job {} is queued: {}", job_id_, reason);
   if (on_event) on_event({AllocationEvent::kQueued, reason});
+}
+
+absl::StatusOr<bool> KubernetesBackend::TakeLease() {
+  if (lease_ == nullptr) {
+    lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
+                                              job_id_, options_.admission_lease_duration);
+  }
+  absl::StatusOr<bool> held = lease_unavailable_ ? true : lease_->TryAcquire();
+  if (!held.ok() && held.status().code() == absl::StatusCode::kPermissionDenied) {
+    // Admission still checks the room and releases the gang whole; only racing admissions of
+    // other jobs are no longer kept apart (the take-back after the timeout still bounds them).
+    lease_unavailable_ = true;
+    spdlog::warn("may not use the admission lease {} in namespace {} ({}): admitting without "
+                 "it", options_.admission_lease, options_.ns, std::string(held.status().message()));
+    held = true;
+  }
+  return held;
+}
+
+void KubernetesBackend::ReleaseLease() {
+  if (lease_ != nullptr && !lease_unavailable_) lease_->Release();
+}
+
+absl::StatusOr<size_t> KubernetesBackend::FitNow(const std::vector<nlohmann::json>& required,
+                                                 const std::vector<nlohmann::json>& optional) {
+  // Without the right to read nodes and every pod (cluster-scoped), the scheduler alone
+  // decides, pod by pod, and all are released.
+  if (fit_unavailable_) return optional.size();
+  auto nodes = client_->Get("/api/v1/nodes");
+  auto bound = client_->Get(
+      "/api/v1/pods?fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2C"
+      "status.phase%21%3DFailed");
+  if (!nodes.ok() || !bound.ok()) {
+    absl::Status st = nodes.ok() ? bound.status() : nodes.status();
+    if (st.code() != absl::StatusCode::kPermissionDenied) return st;
+    fit_unavailable_ = true;
+    spdlog::warn("cannot read the cluster's nodes and pods ({}): gang admission falls back to "
+                 "the scheduler, which places pods one by one", std::string(st.message()));
+    return optional.size();
+  }
+  std::vector<nlohmann::json> node_list((*nodes)["items"].begin(), (*nodes)["items"].end());
+  std::vector<nlohmann::json> pod_list((*bound)["items"].begin(), (*bound)["items"].end());
+  auto fit_with = [&](size_t count) {
+    std::vector<nlohmann::json> gang = required;
+    gang.insert(gang.end(), optional.begin(), optional.begin() + count);
+    return FitGang(node_list, pod_list, gang);
+  };
+  // The largest prefix of the optional pods that fits beside the required ones (fitting is
+  // monotone in it, so a bisection finds it).
+  size_t k = optional.size();
+  if (fit_with(k).fits) return k;
+  GangFit base = fit_with(0);  // an empty gang always fits
+  if (!base.fits) return absl::UnavailableError(base.reason);
+  size_t lo = 0;  // fits
+  size_t hi = k;  // does not
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    (fit_with(mid).fits ? lo : hi) = mid;
+  }
+  // Not even one of them, and nothing else: say why.
+  if (lo == 0 && required.empty()) return absl::UnavailableError(fit_with(1).reason);
+  return lo;
+}
+
+std::vector<std::string> KubernetesBackend::AdmitBeforeCreating() {
+  absl::StatusOr<bool> held = TakeLease();
+  if (!held.ok() || !*held) return {};  // the commander's admission says why
+  std::vector<std::string> required;
+  std::vector<std::string> optional;
+  std::vector<nlohmann::json> required_pods;
+  std::vector<nlohmann::json> optional_pods;
+  std::vector<std::pair<std::string, bool>> places;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, place] : places_) places.emplace_back(name, place.optional);
+  }
+  for (const auto& [name, is_optional] : places) {
+    auto pod = PodManifest(name, 0);
+    if (!pod.ok()) {
+      ReleaseLease();
+      return {};
+    }
+    (is_optional ? optional : required).push_back(name);
+    (is_optional ? optional_pods : required_pods).push_back(std::move(*pod));
+  }
+  absl::StatusOr<size_t> fit = FitNow(required_pods, optional_pods);
+  if (!fit.ok()) {
+    ReleaseLease();
+    return {};
+  }
+  std::vector<std::string> admitted = required;
+  admitted.insert(admitted.end(), optional.begin(), optional.begin() + *fit);
+  absl::MutexLock lock(&mu_);
+  for (const std::string& place : admitted) places_[place].admitted = true;
+  gang_admitted_ = true;
+  return admitted;
 }
 
 void KubernetesBackend::TryAdmit() {
@@ -480,7 +669,8 @@ void KubernetesBackend::TryAdmit() {
     next_admission_ = std::chrono::steady_clock::now() +
                       std::min(Ms(1000) * (1 << n), Ms(2500));
   };
-  // Only the job's first admission is its queue message; later ones wait silently.
+  // The job's first admission is its queue message; later ones (it runs meanwhile) are said in
+  // the log, once per reason.
   auto queue = [&](const std::string& reason) {
     if (first) {
       Queue(reason);
@@ -489,19 +679,7 @@ void KubernetesBackend::TryAdmit() {
       spdlog::info("{} pod(s) of job {} wait for room: {}", optional.size(), job_id_, reason);
     }
   };
-  if (lease_ == nullptr) {
-    lease_ = std::make_unique<AdmissionLease>(*client_, options_.ns, options_.admission_lease,
-                                              job_id_, options_.admission_lease_duration);
-  }
-  absl::StatusOr<bool> held = lease_unavailable_ ? true : lease_->TryAcquire();
-  if (!held.ok() && held.status().code() == absl::StatusCode::kPermissionDenied) {
-    // Admission still checks the room and releases the gang whole; only racing admissions of
-    // other jobs are no longer kept apart (the take-back after the timeout still bounds them).
-    lease_unavailable_ = true;
-    spdlog::warn("may not use the admission lease {} in namespace {} ({}): admitting without "
-                 "it", options_.admission_lease, options_.ns, std::string(held.status().message()));
-    held = true;
-  }
+  absl::StatusOr<bool> held = TakeLease();
   if (!held.ok()) {
     spdlog::warn("cannot take the admission lease {} in namespace {}: {}; retrying",
                  options_.admission_lease, options_.ns, held.status().ToString());
@@ -514,69 +692,19 @@ void KubernetesBackend::TryAdmit() {
     retry_later();
     return;
   }
-  auto release_lease = [this] {
-    if (!lease_unavailable_) lease_->Release();
-  };
-  // How many of the optional places join (a prefix: they are admitted in index order). Without
-  // the right to read nodes and every pod (cluster-scoped), the scheduler alone decides, pod
-  // by pod, and all are released.
-  size_t optional_admitted = optional.size();
-  if (!fit_unavailable_) {
-    auto nodes = client_->Get("/api/v1/nodes");
-    auto bound = client_->Get(
-        "/api/v1/pods?fieldSelector=spec.nodeName%21%3D%2Cstatus.phase%21%3DSucceeded%2C"
-        "status.phase%21%3DFailed");
-    if (!nodes.ok() || !bound.ok()) {
-      absl::Status st = nodes.ok() ? bound.status() : nodes.status();
-      if (st.code() == absl::StatusCode::kPermissionDenied) {
-        fit_unavailable_ = true;
-        spdlog::warn("cannot read the cluster's nodes and pods ({}): gang admission falls back "
-                     "to the scheduler, which places pods one by one", std::string(st.message()));
-      } else {
-        release_lease();
-        spdlog::warn("cannot read the cluster's capacity: {}; retrying", st.ToString());
-        retry_later();
-        return;
-      }
+  absl::StatusOr<size_t> fit = FitNow(required_pods, optional_pods);
+  if (!fit.ok()) {
+    ReleaseLease();
+    if (absl::IsUnavailable(fit.status())) {
+      queue(std::string(fit.status().message()));
     } else {
-      std::vector<nlohmann::json> node_list((*nodes)["items"].begin(), (*nodes)["items"].end());
-      std::vector<nlohmann::json> pod_list((*bound)["items"].begin(), (*bound)["items"].end());
-      auto fit_with = [&](size_t count) {
-        std::vector<nlohmann::json> gang = required_pods;
-        gang.insert(gang.end(), optional_pods.begin(), optional_pods.begin() + count);
-        return FitGang(node_list, pod_list, gang);
-      };
-      // The largest prefix of the optional pods that fits beside the required ones (fitting
-      // is monotone in it, so a bisection finds it).
-      size_t k = optional.size();
-      if (!fit_with(k).fits) {
-        GangFit base = fit_with(0);  // an empty gang always fits
-        if (!base.fits) {
-          release_lease();
-          queue(base.reason);
-          retry_later();
-          return;
-        }
-        size_t lo = 0;  // fits
-        size_t hi = k;  // does not
-        while (hi - lo > 1) {
-          size_t mid = (lo + hi) / 2;
-          (fit_with(mid).fits ? lo : hi) = mid;
-        }
-        k = lo;
-        // Not even one of them: say why (once per reason, the job runs meanwhile).
-        if (k == 0 && required.empty()) queue(fit_with(1).reason);
-      }
-      optional_admitted = k;
+      spdlog::warn("cannot read the cluster's capacity: {}; retrying", fit.status().ToString());
     }
-  }
-  std::vector<std::string> places = required;
-  places.insert(places.end(), optional.begin(), optional.begin() + optional_admitted);
-  if (places.empty()) {
-    release_lease();
     retry_later();
     return;
   }
+  std::vector<std::string> places = required;
+  places.insert(places.end(), optional.begin(), optional.begin() + *fit);
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& place : places) places_[place].admitted = true;
@@ -599,6 +727,10 @@ void KubernetesBackend::TryAdmit() {
       spdlog::warn("cannot admit pod {}: {}", pod, patched.status().ToString());
     }
   }
+  AwaitBound(places, first);
+}
+
+void KubernetesBackend::AwaitBound(const std::vector<std::string>& places, bool first) {
   bool bound_all = false;
   bool more_waiting = false;
   {
@@ -639,7 +771,7 @@ void KubernetesBackend::TryAdmit() {
       next_admission_ = std::chrono::steady_clock::now() + Ms(1000);
     }
   }
-  release_lease();
+  ReleaseLease();
   if (bound_all) {
     spdlog::info("admitted {} pods of job {}{}", places.size(), job_id_,
                  more_waiting ? "; the others wait for room" : "");
@@ -793,6 +925,7 @@ void KubernetesBackend::Release() {
     stopping_ = true;
   }
   if (watcher_.joinable()) watcher_.join();
+  if (event_watcher_.joinable()) event_watcher_.join();
   if (commander_.joinable()) commander_.join();
   if (lease_ != nullptr && !lease_unavailable_) lease_->Release();
   if (client_ == nullptr || context_.job_object.empty()) return;

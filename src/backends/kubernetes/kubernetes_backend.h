@@ -100,13 +100,33 @@ class KubernetesBackend final : public Backend {
   // The last lines the pod's agent container wrote, for a reason ("" when there are none).
   std::string LogTail(const std::string& pod);
   absl::Status CreateOwnerAndSecret(const std::string& token);
-  absl::Status CreatePod(const std::string& place, uint32_t attempt);
+  absl::StatusOr<nlohmann::json> PodManifest(const std::string& place, uint32_t attempt);
+  // A gated pod waits for admission (TryAdmit); an ungated one was admitted already.
+  absl::Status CreatePod(const std::string& place, uint32_t attempt, bool gated);
   std::string PodsPath() const;
   std::string LabelSelector() const;
   void Watch();
+  // The namespace's FailedMount events (a second watch): a pod that will never mount its
+  // volumes shows only there. Ends by itself where events may not be read.
+  void WatchMountFailures();
+  void OnMountFailure(const nlohmann::json& event);
   void RunCommands();
   // One attempt to admit every place waiting for admission: see the options' comments.
   void TryAdmit();
+  // The job's first admission before its pods exist (StartAgents, before the threads start):
+  // the places admitted, whose pods are then created without the gate; none when another
+  // admission holds the lease or the gang does not fit now (TryAdmit then says why).
+  std::vector<std::string> AdmitBeforeCreating();
+  // Whether `required` fits the cluster now and how many of `optional` (a prefix) fit beside
+  // it; Unavailable with the reason when the required do not (or, with none required, when not
+  // one optional does).
+  absl::StatusOr<size_t> FitNow(const std::vector<nlohmann::json>& required,
+                                const std::vector<nlohmann::json>& optional);
+  // Waits until the scheduler has bound `places` (released to it), then releases the lease;
+  // those not bound within the admission timeout are taken back whole.
+  void AwaitBound(const std::vector<std::string>& places, bool first);
+  absl::StatusOr<bool> TakeLease();
+  void ReleaseLease();
   void Queue(const std::string& reason);
   void Observe(const PodObservation& pod);
   void DeletePod(const std::string& pod);
@@ -134,16 +154,20 @@ class KubernetesBackend final : public Backend {
   std::deque<std::string> creations_ ABSL_GUARDED_BY(mu_);  // places to give a new pod
   // Places whose (gated) pod waits for admission, and when to try next.
   std::vector<std::string> waiting_admission_ ABSL_GUARDED_BY(mu_);
+  // Places admitted before their pods were created: the commander waits for them to be bound.
+  std::vector<std::string> bind_wait_ ABSL_GUARDED_BY(mu_);
   std::chrono::steady_clock::time_point next_admission_ ABSL_GUARDED_BY(mu_);
   int admission_failures_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, nlohmann::json> manifests_ ABSL_GUARDED_BY(mu_);  // by place
-  std::unique_ptr<AdmissionLease> lease_;  // commander thread only
+  // The commander thread's only, and StartAgents' before it starts the threads.
+  std::unique_ptr<AdmissionLease> lease_;
   bool fit_unavailable_ = false;  // commander thread only: no right to read nodes and pods
   bool lease_unavailable_ = false;  // commander thread only: no right to use the lease
   std::string last_wait_reason_;    // commander thread only: said once per reason
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
   std::thread watcher_;
+  std::thread event_watcher_;
   std::thread commander_;
 };
 

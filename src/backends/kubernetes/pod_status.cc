@@ -1,8 +1,10 @@
 #include "backends/kubernetes/pod_status.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace shoal::backends {
@@ -153,6 +155,24 @@ PodObservation ObservePod(const nlohmann::json& pod, bool deleted) {
   out.state = PodObservation::State::kWaiting;
   if (unschedulable) out.reason = scheduler_message;
   return out;
+}
+
+std::optional<MountFailure> ObserveMountFailure(const nlohmann::json& event) {
+  if (!event.is_object() || Str(event, "reason") != "FailedMount") return std::nullopt;
+  const nlohmann::json& object = Field(event, "involvedObject");
+  if (Str(object, "kind") != "Pod" || Str(object, "name").empty()) return std::nullopt;
+  std::string message = Str(event, "message");
+  int64_t count = 1;
+  if (Field(event, "count").is_number_integer()) count = Field(event, "count").get<int64_t>();
+  const nlohmann::json& series = Field(event, "series");
+  if (Field(series, "count").is_number_integer()) {
+    count = std::max(count, Field(series, "count").get<int64_t>());
+  }
+  bool permanent = absl::StrContains(message, "type check failed") || count >= 4;
+  if (!permanent) return std::nullopt;
+  return MountFailure{Str(object, "name"),
+                      absl::StrCat("pod ", Str(object, "name"), " cannot mount its volumes: ",
+                                   message)};
 }
 
 }  // namespace shoal::backends

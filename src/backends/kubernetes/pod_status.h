@@ -5,6 +5,7 @@
 // preempted, deleted) is tested on real objects' shapes without a cluster.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "nlohmann/json.hpp"
@@ -33,5 +34,16 @@ struct PodObservation {
 
 // `deleted`: the object came with a DELETED watch event.
 PodObservation ObservePod(const nlohmann::json& pod, bool deleted = false);
+
+// A pod that will never mount its volumes: the kubelet says so only in events (FailedMount),
+// while the pod's status stays ContainerCreating. Permanent when a hostPath is missing or of the
+// wrong type (a node without Shoal's agent directory: agent_host_path) or once the kubelet has
+// retried 4 times; the kubelet's first failures are often transient (a volume's source not
+// registered yet).
+struct MountFailure {
+  std::string pod;
+  std::string reason;  // one line: "pod NAME cannot mount its volumes: <the kubelet's message>"
+};
+std::optional<MountFailure> ObserveMountFailure(const nlohmann::json& event);
 
 }  // namespace shoal::backends

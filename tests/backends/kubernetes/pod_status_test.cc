@@ -144,3 +144,50 @@ TEST(PodStatus, AnotherPodIsNotShoals) {
 
 }  // namespace
 }  // namespace shoal::backends
+
+namespace shoal::backends {
+namespace {
+
+nlohmann::json MountEvent(const std::string& message, int count) {
+  return {{"reason", "FailedMount"},
+          {"count", count},
+          {"message", message},
+          {"involvedObject", {{"kind", "Pod"}, {"name", "shoal-j-worker-0-0"}}}};
+}
+
+TEST(MountFailure, AMissingHostPathIsPermanentAtOnce) {
+  auto failure = ObserveMountFailure(MountEvent(
+      "MountVolume.SetUp failed for volume \"shoal-agent\" : hostPath type check failed: "
+      "/var/lib/shoal/agent is not a directory", 1));
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->pod, "shoal-j-worker-0-0");
+  EXPECT_EQ(failure->reason,
+            "pod shoal-j-worker-0-0 cannot mount its volumes: MountVolume.SetUp failed for "
+            "volume \"shoal-agent\" : hostPath type check failed: /var/lib/shoal/agent is not a "
+            "directory");
+}
+
+TEST(MountFailure, AFirstOtherFailureIsTransientUntilRetriedFourTimes) {
+  const std::string message =
+      "MountVolume.SetUp failed for volume \"kube-api-access-x\" : object \"ns\"/"
+      "\"kube-root-ca.crt\" not registered";
+  EXPECT_FALSE(ObserveMountFailure(MountEvent(message, 1)).has_value());
+  EXPECT_FALSE(ObserveMountFailure(MountEvent(message, 3)).has_value());
+  EXPECT_TRUE(ObserveMountFailure(MountEvent(message, 4)).has_value());
+  nlohmann::json series = MountEvent(message, 1);
+  series["series"] = {{"count", 5}};
+  EXPECT_TRUE(ObserveMountFailure(series).has_value());
+}
+
+TEST(MountFailure, OtherEventsAreNotMountFailures) {
+  nlohmann::json scheduling = MountEvent("hostPath type check failed", 1);
+  scheduling["reason"] = "FailedScheduling";
+  EXPECT_FALSE(ObserveMountFailure(scheduling).has_value());
+  nlohmann::json node = MountEvent("hostPath type check failed", 1);
+  node["involvedObject"]["kind"] = "Node";
+  EXPECT_FALSE(ObserveMountFailure(node).has_value());
+  EXPECT_FALSE(ObserveMountFailure(nlohmann::json::array()).has_value());
+}
+
+}  // namespace
+}  // namespace shoal::backends
