@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "golden_files.h"
 #include "common/files.h"
 #include "spec/spec_parser.h"
 
@@ -18,20 +19,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string GoldenPath(const std::string& name) {
-  return std::string(SHOAL_SOURCE_DIR) + "/tests/backends/kubernetes/golden/" + name + ".json";
-}
-
-void ExpectGolden(const std::string& name, const nlohmann::json& actual) {
-  std::string text = actual.dump(2) + "\n";
-  if (std::getenv("SHOAL_UPDATE_GOLDEN")) {
-    ASSERT_TRUE(WriteFileAtomically(GoldenPath(name), text).ok());
-  }
-  auto expected = ReadFile(GoldenPath(name));
-  ASSERT_TRUE(expected.ok()) << "missing golden file " << GoldenPath(name)
-                             << "; run with SHOAL_UPDATE_GOLDEN=1 to create it";
-  EXPECT_EQ(*expected, text) << "the object differs from " << GoldenPath(name);
-}
+using golden::ExpectGolden;
+using golden::GoldenPath;
 
 constexpr char kJob[] = R"(name: digits
 framework: pytorch
