@@ -103,6 +103,9 @@ def test_a_deleted_pod_is_handled_by_the_failure_policy(policy, write_job, write
     client = start_shoal("run", "--backend", "kubernetes", job)
     job_dir = e2e.wait_for_job(jobs_dir, f"kill-{policy}", timeout=60)
     pods = wait_for_pods_running(job_dir.name, 2)
+    # A pod of a running job: one taken away before every agent registered fails the job.
+    e2e.wait_until(lambda: shoal_status(job_dir.name)["state"] == "running", 120,
+                   "the job running")
     victim = next(p for p in pods if p["metadata"]["annotations"]["shoal.io/place"] == "worker.1")
     kubectl("delete", "pod", victim["metadata"]["name"], "--wait=false")
     rc = client.wait(240)
