@@ -133,10 +133,10 @@ std::vector<std::string> FailurePolicy::SlotsBack(Clock::TimePoint now) const {
   return back;
 }
 
-std::optional<Clock::TimePoint> FailurePolicy::NextSlotBack() const {
+std::optional<Clock::TimePoint> FailurePolicy::NextSlotBack(Clock::TimePoint now) const {
   std::optional<Clock::TimePoint> next;
   for (const auto& [key, at] : parked_) {
-    if (!next || at < *next) next = at;
+    if (at > now && (!next || at < *next)) next = at;
   }
   return next;
 }

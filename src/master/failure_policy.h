@@ -61,7 +61,9 @@ class FailurePolicy {
   const std::map<std::string, Clock::TimePoint>& parked() const { return parked_; }
   // Slots whose time to rejoin has come, in key order.
   std::vector<std::string> SlotsBack(Clock::TimePoint now) const;
-  std::optional<Clock::TimePoint> NextSlotBack() const;
+  // The earliest time after `now` at which a parked slot's backoff ends (slots already due wait
+  // for something else: their place).
+  std::optional<Clock::TimePoint> NextSlotBack(Clock::TimePoint now) const;
   // The slot rejoins the world (its time came, or its role fell below min).
   void Unpark(const std::string& task_key);
   // A slot the job started without (its place waits for room in the cluster): parked, back

@@ -216,10 +216,7 @@ void RestartCoordinator::CheckGrowth() {
   }
   // Slots whose backoff has passed wait for their place: its agent's registration calls this
   // again. The others wait for their time.
-  std::optional<Clock::TimePoint> next;
-  for (const auto& [key, at] : job_->policy.parked()) {
-    if (at > now && (!next || at < *next)) next = at;
-  }
+  std::optional<Clock::TimePoint> next = job_->policy.NextSlotBack(now);
   if (next && !grow_timer_set_) {
     grow_timer_set_ = true;
     host_->PostAfter(std::chrono::duration_cast<std::chrono::milliseconds>(*next - now) +

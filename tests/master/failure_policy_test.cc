@@ -137,8 +137,9 @@ TEST_F(FailurePolicyTest, ElasticShrinksWhileMinRemainsAndParksTheSlotForItsBack
   EXPECT_EQ(d.slot_back_at, t0 + milliseconds(500));
   EXPECT_TRUE(policy.IsParked("worker:3"));
   EXPECT_TRUE(policy.SlotsBack(t0).empty());
-  EXPECT_EQ(policy.NextSlotBack(), t0 + milliseconds(500));
+  EXPECT_EQ(policy.NextSlotBack(t0), t0 + milliseconds(500));
   clock_.Advance(milliseconds(500));
+  EXPECT_EQ(policy.NextSlotBack(clock_.Now()), std::nullopt);  // due: nothing later to wait for
   EXPECT_EQ(policy.SlotsBack(clock_.Now()), std::vector<std::string>{"worker:3"});
   policy.Unpark("worker:3");
   EXPECT_FALSE(policy.IsParked("worker:3"));

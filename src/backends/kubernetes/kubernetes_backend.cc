@@ -250,46 +250,40 @@ void KubernetesBackend::SetAllocationEventCallback(AllocationEventCallback callb
   on_event_ = std::move(callback);
 }
 
-void KubernetesBackend::Watch() {
-  std::string resource_version;
+void KubernetesBackend::ListAndWatch(const std::string& path, const ObjectHandler& on_object,
+                                     const FailureHandler& on_failure,
+                                     const std::function<void()>& on_recovered) {
   auto stop = [this] {
     absl::MutexLock lock(&mu_);
     return stopping_;
   };
-  // An API server that is down is said once, then every minute or so, and retried with
-  // growing pauses (0.5 s to 8 s); its return is said once too.
   int failures = 0;
+  // False: the caller gave up. Otherwise a pause of 0.5 s to 8 s, growing with the failures.
   auto failed = [&](const absl::Status& st, const char* what) {
-    if (failures % 10 == 0) {
-      spdlog::warn("{} the pods of job {}: {}{}", what, job_id_, st.ToString(),
-                   failures == 0 ? "; retrying" : "; still retrying");
-    }
-    Ms pause = Ms(500) * (1 << std::min(failures, 4));
-    ++failures;
-    auto until = std::chrono::steady_clock::now() + pause;
+    if (!on_failure(st, what, failures)) return false;
+    auto until = std::chrono::steady_clock::now() + Ms(500) * (1 << std::min(failures++, 4));
     while (!stop() && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(Ms(100));
     }
+    return true;
   };
-  auto recovered = [&] {
-    if (failures > 0) spdlog::info("the API server answers again for job {}", job_id_);
-    failures = 0;
-  };
+  std::string resource_version;
   while (!stop()) {
     if (resource_version.empty()) {
-      auto list = client_->Get(absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()));
+      auto list = client_->Get(path);
       if (!list.ok()) {
-        failed(list.status(), "cannot list");
+        if (!failed(list.status(), "cannot list")) return;
         continue;
       }
-      recovered();
-      for (const nlohmann::json& pod : (*list)["items"]) Observe(ObservePod(pod));
+      if (failures > 0) on_recovered();
+      failures = 0;
+      for (const nlohmann::json& object : (*list)["items"]) on_object(object, false);
       resource_version = (*list)["metadata"].value("resourceVersion", "");
     }
     auto next = client_->Watch(
-        absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()), resource_version,
-        [this](absl::string_view type, const nlohmann::json& pod) {
-          Observe(ObservePod(pod, type == "DELETED"));
+        path, resource_version,
+        [&](absl::string_view type, const nlohmann::json& object) {
+          on_object(object, type == "DELETED");
         },
         stop);
     if (next.ok()) {
@@ -297,56 +291,44 @@ void KubernetesBackend::Watch() {
       continue;
     }
     // Too old: the list again catches up on whatever happened in between.
-    if (!IsResourceVersionTooOld(next.status())) failed(next.status(), "cannot watch");
+    if (!IsResourceVersionTooOld(next.status()) && !failed(next.status(), "cannot watch")) {
+      return;
+    }
     resource_version.clear();
   }
 }
 
-void KubernetesBackend::WatchMountFailures() {
-  auto stop = [this] {
-    absl::MutexLock lock(&mu_);
-    return stopping_;
-  };
-  const std::string path = absl::StrCat("/api/v1/namespaces/", options_.ns,
-                                        "/events?fieldSelector=", Escape("reason=FailedMount"));
-  std::string resource_version;
-  int failures = 0;
-  auto pause = [&] {
-    auto until = std::chrono::steady_clock::now() + Ms(500) * (1 << std::min(failures++, 4));
-    while (!stop() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(Ms(100));
-    }
-  };
-  while (!stop()) {
-    if (resource_version.empty()) {
-      auto list = client_->Get(path);
-      if (!list.ok()) {
-        if (list.status().code() == absl::StatusCode::kPermissionDenied) {
-          spdlog::warn("may not read events in namespace {} ({}): a pod that cannot mount its "
-                       "volumes will show only as starting", options_.ns,
-                       std::string(list.status().message()));
-          return;
+void KubernetesBackend::Watch() {
+  // An API server that is down is said once, then every minute or so; its return once too.
+  ListAndWatch(
+      absl::StrCat(PodsPath(), "?labelSelector=", LabelSelector()),
+      [this](const nlohmann::json& pod, bool deleted) { Observe(ObservePod(pod, deleted)); },
+      [this](const absl::Status& st, const char* what, int failures) {
+        if (failures % 10 == 0) {
+          spdlog::warn("{} the pods of job {}: {}{}", what, job_id_, st.ToString(),
+                       failures == 0 ? "; retrying" : "; still retrying");
         }
-        pause();  // the pods' watch says when the API server is down
-        continue;
-      }
-      failures = 0;
-      for (const nlohmann::json& event : (*list)["items"]) OnMountFailure(event);
-      resource_version = (*list)["metadata"].value("resourceVersion", "");
-    }
-    auto next = client_->Watch(
-        path, resource_version,
-        [this](absl::string_view type, const nlohmann::json& event) {
-          if (type != "DELETED") OnMountFailure(event);
-        },
-        stop);
-    if (next.ok()) {
-      resource_version = *next;
-      continue;
-    }
-    if (!IsResourceVersionTooOld(next.status())) pause();
-    resource_version.clear();
-  }
+        return true;
+      },
+      [this] { spdlog::info("the API server answers again for job {}", job_id_); });
+}
+
+void KubernetesBackend::WatchMountFailures() {
+  ListAndWatch(
+      absl::StrCat("/api/v1/namespaces/", options_.ns, "/events?fieldSelector=",
+                   Escape("reason=FailedMount")),
+      [this](const nlohmann::json& event, bool deleted) {
+        if (!deleted) OnMountFailure(event);
+      },
+      // The pods' watch says when the API server is down.
+      [this](const absl::Status& st, const char*, int) {
+        if (st.code() != absl::StatusCode::kPermissionDenied) return true;
+        spdlog::warn("may not read events in namespace {} ({}): a pod that cannot mount its "
+                     "volumes will show only as starting", options_.ns,
+                     std::string(st.message()));
+        return false;
+      },
+      [] {});
 }
 
 void KubernetesBackend::OnMountFailure(const nlohmann::json& event) {

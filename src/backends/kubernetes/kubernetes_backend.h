@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -105,6 +106,16 @@ class KubernetesBackend final : public Backend {
   absl::Status CreatePod(const std::string& place, uint32_t attempt, bool gated);
   std::string PodsPath() const;
   std::string LabelSelector() const;
+  using ObjectHandler = std::function<void(const nlohmann::json& object, bool deleted)>;
+  // Told each failed call (`failures` before it since the last success); false gives up.
+  using FailureHandler =
+      std::function<bool(const absl::Status& status, const char* what, int failures)>;
+  // Lists `path` and watches it from the list's version until the backend stops (a watch that
+  // ends resumes; "too old" lists again), handing `on_object` every object; a failed call is
+  // retried after 0.5 s to 8 s. `on_recovered`: a success after failures.
+  void ListAndWatch(const std::string& path, const ObjectHandler& on_object,
+                    const FailureHandler& on_failure, const std::function<void()>& on_recovered);
+  // The job's pods, from one watch: allocation events and lost places.
   void Watch();
   // The namespace's FailedMount events (a second watch): a pod that will never mount its
   // volumes shows only there. Ends by itself where events may not be read.
