@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "client/job_directory.h"
 #include "common/files.h"
+#include "ui/json_fields.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::ui {
@@ -82,7 +83,7 @@ bool JobIndex::Load(const std::string& dir, Entry& entry) {
     // submit.json never changes once written.
     if (auto text = ReadFile(dir + "/submit.json"); text.ok()) {
       auto submit = nlohmann::json::parse(*text, nullptr, false);
-      if (submit.is_object()) job.backend = submit.value("backend", "");
+      if (submit.is_object()) job.backend = StrField(submit, "backend");
     }
   }
   auto text = ReadFile(dir + "/status.json");
@@ -103,18 +104,18 @@ bool JobIndex::Load(const std::string& dir, Entry& entry) {
     job.reason = "status.json is not valid JSON";
     return true;
   }
-  job.job_id = status.value("job_id", dir.substr(dir.rfind('/') + 1));
-  job.name = status.value("name", "");
-  job.state = status.value("state", "unknown");
-  job.reason = status.value("reason", "");
-  job.created_unix_ms = status.value("created_unix_ms", int64_t{0});
-  job.finished_unix_ms = status.value("finished_unix_ms", int64_t{0});
-  job.restarts = status.value("group_restarts", 0);
+  job.job_id = StrField(status, "job_id", dir.substr(dir.rfind('/') + 1));
+  job.name = StrField(status, "name");
+  job.state = StrField(status, "state", "unknown");
+  job.reason = StrField(status, "reason");
+  job.created_unix_ms = IntField(status, "created_unix_ms");
+  job.finished_unix_ms = IntField(status, "finished_unix_ms");
+  job.restarts = IntField(status, "group_restarts");
   job.tasks = 0;
   if (auto tasks = status.find("tasks"); tasks != status.end() && tasks->is_array()) {
     job.tasks = static_cast<int>(tasks->size());
     for (const auto& task : *tasks) {
-      if (task.is_object()) job.restarts += task.value("restarts", 0);
+      if (task.is_object()) job.restarts += IntField(task, "restarts");
     }
   }
   entry.live_checked = false;

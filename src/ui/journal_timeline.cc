@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "ui/json_fields.h"
 
 namespace shoal::ui {
 namespace {
@@ -66,8 +67,8 @@ json TimelineFromJournal(std::string_view journal, int64_t now_unix_ms) {
       truncated = true;
       continue;
     }
-    const std::string type = r.value("type", "");
-    const int64_t ts = r.value("ts", int64_t{0});
+    const std::string type = StrField(r, "type");
+    const int64_t ts = IntField(r, "ts");
     if (start_ms == 0) start_ms = ts;
     if (type == "job_submitted") {
       start_ms = ts;
@@ -77,7 +78,7 @@ json TimelineFromJournal(std::string_view journal, int64_t now_unix_ms) {
     } else if (type == "admitted") {
       enter_phase("admission", ts);
     } else if (type == "job_state") {
-      std::string to = r.value("to", "");
+      std::string to = StrField(r, "to");
       if (to == "queued" || to == "starting" || to == "running" || to == "stopping") {
         enter_phase(to, ts);
       } else if (IsTaskEnd(to)) {
@@ -86,27 +87,27 @@ json TimelineFromJournal(std::string_view journal, int64_t now_unix_ms) {
     } else if (type == "job_finished") {
       end_ms = ts;
     } else if (type == "kill_requested") {
-      event(ts, "kill", "", absl::StrCat("kill requested: ", r.value("reason", "")));
+      event(ts, "kill", "", absl::StrCat("kill requested: ", StrField(r, "reason")));
     } else if (type == "master_recovered") {
       event(ts, "master_recovered", "", "a new master took the job over");
     } else if (type == "rendezvous") {
-      uint64_t size = r.value("world_size", uint64_t{0});
+      uint64_t size = IntField(r, "world_size");
       world.push_back({ts, size});
       if (auto ranks = r.find("ranks"); ranks != r.end() && ranks->is_array()) {
         for (const auto& rank : *ranks) {
-          node_of_task[rank.value("task", "")] = rank.value("node", "");
+          node_of_task[StrField(rank, "task")] = StrField(rank, "node");
         }
       }
       event(ts, "world", "", absl::StrCat("world of ", size, " formed (generation ",
-                                          r.value("generation", 0), ")"));
+                                          IntField(r, "generation"), ")"));
     } else if (type == "group_restarted") {
-      world.push_back({ts, r.value("world_size", uint64_t{0})});
+      world.push_back({ts, IntField(r, "world_size")});
     } else if (type == "task_state") {
-      std::string task = r.value("task", "");
-      std::string to = r.value("to", "");
+      std::string task = StrField(r, "task");
+      std::string to = StrField(r, "to");
       if (!tasks.count(task)) task_order.push_back(task);
       auto& gens = tasks[task];
-      uint32_t attempt = r.value("attempt", 0u);
+      uint32_t attempt = IntField(r, "attempt");
       if (to == "starting" || to == "running") {
         if (gens.empty() || gens.back().attempt != attempt || !gens.back().state.empty() &&
                                                                   IsTaskEnd(gens.back().state)) {
@@ -124,44 +125,44 @@ json TimelineFromJournal(std::string_view journal, int64_t now_unix_ms) {
         Generation& g = gens.back();
         g.to_ms = ts;
         g.state = to;
-        g.exit_code = r.value("exit_code", 0);
-        g.signal = r.value("signal", 0);
-        g.reason = r.value("reason", "");
+        g.exit_code = IntField(r, "exit_code");
+        g.signal = IntField(r, "signal");
+        g.reason = StrField(r, "reason");
       }
     } else if (type == "failure_handled") {
-      std::string cause = r.value("cause", "");
-      std::string action = r.value("action", "");
-      event(ts, "failure", r.value("task", ""),
-            absl::StrCat(r.value("task", ""), " ", cause, " -> ", action));
+      std::string cause = StrField(r, "cause");
+      std::string action = StrField(r, "action");
+      event(ts, "failure", StrField(r, "task"),
+            absl::StrCat(StrField(r, "task"), " ", cause, " -> ", action));
       if (action == "restart-task" || action == "restart-group" || action == "shrink-group") {
-        event(ts, "restart", r.value("task", ""),
-              absl::StrCat(action, " (restart ", r.value("restart", 0), ", after ",
-                           r.value("delay_ms", int64_t{0}), " ms)"));
+        event(ts, "restart", StrField(r, "task"),
+              absl::StrCat(action, " (restart ", IntField(r, "restart"), ", after ",
+                           IntField(r, "delay_ms"), " ms)"));
       }
     } else if (type == "group_restart_begun") {
       event(ts, "restart", "",
-            absl::StrCat("group restart to generation ", r.value("generation", 0), ": ",
-                         r.value("reason", "")));
+            absl::StrCat("group restart to generation ", IntField(r, "generation"), ": ",
+                         StrField(r, "reason")));
     } else if (type == "task_hung") {
-      event(ts, "hung", r.value("task", ""),
-            absl::StrCat(r.value("task", ""), " made no progress for ",
-                         r.value("silent_ms", 0) / 1000.0, " s after step ",
-                         r.value("last_step", 0)));
+      event(ts, "hung", StrField(r, "task"),
+            absl::StrCat(StrField(r, "task"), " made no progress for ",
+                         IntField(r, "silent_ms") / 1000.0, " s after step ",
+                         IntField(r, "last_step")));
     } else if (type == "checkpoint") {
-      event(ts, "checkpoint_saved", r.value("task", ""),
-            absl::StrCat("checkpoint at step ", r.value("step", 0)));
+      event(ts, "checkpoint_saved", StrField(r, "task"),
+            absl::StrCat("checkpoint at step ", IntField(r, "step")));
     } else if (type == "resumed") {
-      event(ts, "checkpoint_resumed", r.value("task", ""),
-            absl::StrCat(r.value("task", ""), " resumed at step ", r.value("step", 0)));
+      event(ts, "checkpoint_resumed", StrField(r, "task"),
+            absl::StrCat(StrField(r, "task"), " resumed at step ", IntField(r, "step")));
     } else if (type == "place_lost" || type == "agent_disconnected" || type == "agent_silent") {
       event(ts, "agent_lost", "",
             absl::StrCat(type == "place_lost" ? "place lost: " : "agent lost: ",
-                         r.value("node", ""), " ", r.value("reason", "")));
+                         StrField(r, "node"), " ", StrField(r, "reason")));
     } else if (type == "slot_left") {
-      event(ts, "world", r.value("task", ""), absl::StrCat(r.value("task", ""), " left the world"));
+      event(ts, "world", StrField(r, "task"), absl::StrCat(StrField(r, "task"), " left the world"));
     } else if (type == "slot_rejoined") {
-      event(ts, "world", r.value("task", ""),
-            absl::StrCat(r.value("task", ""), " is back for the world"));
+      event(ts, "world", StrField(r, "task"),
+            absl::StrCat(StrField(r, "task"), " is back for the world"));
     }
   }
   if (!phase.empty()) {

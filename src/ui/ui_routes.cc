@@ -403,6 +403,7 @@ UiReply UiRoutes::Logs(const std::string& dir, const UiRequest& request) {
     auto value = IntParam(request, key);
     if (!value.ok()) return Error(400, value.status().message());
     if (!*value) continue;
+    if (**value < 0) return Error(400, absl::StrCat(key, ": must be 0 or more"));
     if (std::string(key) == "before") page_request.before = **value;
     if (std::string(key) == "after") page_request.after = **value;
     if (std::string(key) == "limit") page_request.limit = static_cast<int>(std::clamp<int64_t>(**value, -1, 1 << 20));
