@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <set>
 
+#include <simdjson.h>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -76,50 +78,65 @@ JobIndex::JobIndex(std::string jobs_root, std::function<int64_t()> now_unix_ms,
       now_unix_ms_(std::move(now_unix_ms)),
       master_alive_(master_alive ? std::move(master_alive) : DefaultMasterAlive) {}
 
-bool JobIndex::Load(const std::string& dir, Entry& entry) {
+bool JobIndex::Load(const std::string& dir, Entry& entry, simdjson::dom::parser& parser) {
   JobSummary& job = entry.summary;
   job.dir = dir;
-  if (job.backend.empty()) {
-    // submit.json never changes once written.
-    if (auto text = ReadFile(dir + "/submit.json"); text.ok()) {
-      auto submit = nlohmann::json::parse(*text, nullptr, false);
-      if (submit.is_object()) job.backend = StrField(submit, "backend");
-    }
-  }
-  auto text = ReadFile(dir + "/status.json");
-  if (!text.ok()) {
+  const std::string fallback_id = dir.substr(dir.rfind('/') + 1);
+  simdjson::dom::element status;
+  simdjson::error_code error = parser.load(dir + "/status.json").get(status);
+  if (error == simdjson::IO_ERROR) {
     struct stat st {};
     if (::stat((dir + "/spec.yaml").c_str(), &st) != 0) return false;
-    job.job_id = dir.substr(dir.rfind('/') + 1);
+    job.job_id = fallback_id;
     job.state = "unknown";
     job.reason = "no status written yet";
     job.created_unix_ms = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
     return true;
   }
-  auto status = nlohmann::json::parse(*text, nullptr, false);
-  if (!status.is_object()) {
+  if (error || !status.is_object()) {
     // Written atomically, so this is a foreign or damaged file: show it rather than hide it.
-    job.job_id = dir.substr(dir.rfind('/') + 1);
+    job.job_id = fallback_id;
     job.state = "unknown";
     job.reason = "status.json is not valid JSON";
     return true;
   }
-  job.job_id = StrField(status, "job_id", dir.substr(dir.rfind('/') + 1));
-  job.name = StrField(status, "name");
-  job.state = StrField(status, "state", "unknown");
-  job.reason = StrField(status, "reason");
-  job.created_unix_ms = IntField(status, "created_unix_ms");
-  job.finished_unix_ms = IntField(status, "finished_unix_ms");
-  job.restarts = IntField(status, "group_restarts");
+  // A field of the wrong type reads as absent (json_fields.h's rule).
+  auto text = [&](const char* key, std::string fallback) {
+    std::string_view value;
+    return status[key].get(value) ? fallback : std::string(value);
+  };
+  auto number = [&](simdjson::dom::element object, const char* key) -> int64_t {
+    int64_t value = 0;
+    if (!object[key].get(value)) return value;
+    double real = 0;
+    return object[key].get(real) ? 0 : static_cast<int64_t>(real);
+  };
+  job.job_id = text("job_id", fallback_id);
+  job.name = text("name", "");
+  job.state = text("state", "unknown");
+  job.reason = text("reason", "");
+  job.created_unix_ms = number(status, "created_unix_ms");
+  job.finished_unix_ms = number(status, "finished_unix_ms");
+  job.restarts = static_cast<int>(number(status, "group_restarts"));
   job.tasks = 0;
-  if (auto tasks = status.find("tasks"); tasks != status.end() && tasks->is_array()) {
-    job.tasks = static_cast<int>(tasks->size());
-    for (const auto& task : *tasks) {
-      if (task.is_object()) job.restarts += IntField(task, "restarts");
+  simdjson::dom::array tasks;
+  if (!status["tasks"].get(tasks)) {
+    for (simdjson::dom::element task : tasks) {
+      ++job.tasks;
+      if (task.is_object()) job.restarts += static_cast<int>(number(task, "restarts"));
     }
   }
-  entry.live_checked = false;
   return true;
+}
+
+void JobIndex::LoadBackend(Entry& entry) {
+  if (entry.backend_loaded) return;
+  entry.backend_loaded = true;
+  // submit.json never changes once written; read only for the rows shown.
+  if (auto text = ReadFile(entry.summary.dir + "/submit.json"); text.ok()) {
+    auto submit = nlohmann::json::parse(*text, nullptr, false);
+    entry.summary.backend = StrField(submit, "backend");
+  }
 }
 
 void JobIndex::Refresh() {
@@ -129,6 +146,7 @@ void JobIndex::Refresh() {
     fresh.swap(entries_);
   }
   std::map<std::string, Entry> next;
+  simdjson::dom::parser parser;
   if (DIR* d = ::opendir(root_.c_str())) {
     while (struct dirent* e = ::readdir(d)) {
       if (e->d_name[0] == '.') continue;
@@ -142,7 +160,7 @@ void JobIndex::Refresh() {
       bool unchanged = has_status && entry.status_size == st.st_size &&
                        SameTime(entry.status_mtime, st.st_mtim);
       if (!unchanged) {
-        if (!Load(dir, entry)) continue;  // not a job (yet), or deleted while we looked
+        if (!Load(dir, entry, parser)) continue;  // not a job (yet), or deleted while we looked
         entry.status_mtime = has_status ? st.st_mtim : timespec{};
         entry.status_size = has_status ? st.st_size : -1;
       }
@@ -179,10 +197,10 @@ JobPage JobIndex::Query(const JobQuery& query, int64_t max_age_ms) {
   std::string needle = absl::AsciiStrToLower(query.text);
   std::set<std::string> wanted(query.states.begin(), query.states.end());
   JobPage page;
-  std::vector<const JobSummary*> rows;
+  std::vector<Entry*> rows;
   std::lock_guard<std::mutex> lock(mu_);
   rows.reserve(entries_.size());
-  for (const auto& [name, entry] : entries_) {
+  for (auto& [name, entry] : entries_) {
     const JobSummary& job = entry.summary;
     if (!needle.empty() && !absl::StrContains(absl::AsciiStrToLower(job.job_id), needle) &&
         !absl::StrContains(absl::AsciiStrToLower(job.name), needle) &&
@@ -191,13 +209,15 @@ JobPage JobIndex::Query(const JobQuery& query, int64_t max_age_ms) {
     }
     ++page.states[job.state];
     if (!wanted.empty() && !wanted.count(job.state)) continue;
-    rows.push_back(&job);
+    rows.push_back(&entry);
   }
   page.total = static_cast<int>(rows.size());
   bool descending = absl::StartsWith(query.sort, "-");
   std::string key = descending ? query.sort.substr(1) : query.sort;
   // Ties break on the id, so that pages are stable between requests.
-  auto less = [&](const JobSummary* a, const JobSummary* b) {
+  auto less = [&](const Entry* x, const Entry* y) {
+    const JobSummary* a = &x->summary;
+    const JobSummary* b = &y->summary;
     auto by = [&](auto x, auto y) {
       if (x != y) return descending ? y < x : x < y;
       return descending ? b->job_id < a->job_id : a->job_id < b->job_id;
@@ -212,7 +232,10 @@ JobPage JobIndex::Query(const JobQuery& query, int64_t max_age_ms) {
   if (first < rows.size()) {
     size_t last = std::min(rows.size(), first + query.per_page);
     std::partial_sort(rows.begin(), rows.begin() + last, rows.end(), less);
-    for (size_t i = first; i < last; ++i) page.jobs.push_back(*rows[i]);
+    for (size_t i = first; i < last; ++i) {
+      LoadBackend(*rows[i]);
+      page.jobs.push_back(rows[i]->summary);
+    }
   }
   return page;
 }

@@ -12,6 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 
+namespace simdjson::dom {
+class parser;
+}  // namespace simdjson::dom
+
 namespace shoal::ui {
 
 // One row of the jobs page: what status.json and submit.json say, with a dead master's job
@@ -70,10 +74,11 @@ class JobIndex {
     JobSummary summary;
     struct timespec status_mtime {};
     off_t status_size = -1;
-    bool live_checked = false;
+    bool backend_loaded = false;
   };
-  // Reads the directory's files into `entry`; false when it is not (or no longer) a job.
-  bool Load(const std::string& dir, Entry& entry);
+  // Reads the directory's status into `entry`; false when it is not (or no longer) a job.
+  bool Load(const std::string& dir, Entry& entry, simdjson::dom::parser& parser);
+  void LoadBackend(Entry& entry);
 
   const std::string root_;
   std::function<int64_t()> now_unix_ms_;
