@@ -69,7 +69,7 @@ struct AgentOptions {
   std::string shoal_binary;
   // Task output is held this long and sent as one chunk per task stream (log_batcher.h);
   // a task's output always reaches the master before its exit. Zero: every read at once.
-  std::chrono::milliseconds log_flush_window{250};
+  std::chrono::milliseconds log_flush_window{200};
 };
 
 // Runs on one node: dials the master, launches what it is told, reports facts (started, output,
