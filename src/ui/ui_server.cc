@@ -325,12 +325,6 @@ struct UiServer::Impl {
 UiServer::UiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 absl::StatusOr<std::unique_ptr<UiServer>> UiServer::Start(UiServerOptions options) {
-  if (!IsLoopbackHost(options.host) && options.token.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "refusing to listen on ", options.host,
-        " without a token: anyone who reaches it could kill jobs. Give --token-file FILE (or "
-        "set SHOAL_UI_TOKEN), or listen on 127.0.0.1"));
-  }
   if (!options.now_unix_ms) {
     options.now_unix_ms = [] {
       return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -349,6 +343,12 @@ absl::StatusOr<std::unique_ptr<UiServer>> UiServer::Start(UiServerOptions option
   if (ec) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", options.host, "' is not an IP address"));
+  }
+  if (!IsLoopbackHost(options.host) && options.token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "refusing to listen on ", options.host,
+        " without a token: anyone who reaches it could kill jobs. Give --token-file FILE (or "
+        "set SHOAL_UI_TOKEN_FILE), or listen on 127.0.0.1"));
   }
   impl->acceptor.emplace(impl->io);
   tcp::endpoint endpoint(address, options.port);
