@@ -99,6 +99,26 @@ bool IsJobOver(const std::string& job_dir) {
   return !(master && master->alive) && status.has_value();
 }
 
+// What a child of `shoal ui` must not inherit: its blocked SIGINT/SIGTERM (taken by sigwait)
+// and its ignored SIGPIPE. `new_group`: the child leads a process group of its own.
+void CleanSpawnAttributes(posix_spawnattr_t* attr, bool new_group) {
+  posix_spawnattr_init(attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &defaults);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (new_group) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(attr, 0);
+  }
+  posix_spawnattr_setflags(attr, flags);
+}
+
 // Runs argv to its end (at most `timeout`), returning its stdout and exit code; stderr goes to
 // `stderr_path`.
 struct ChildResult {
@@ -120,8 +140,11 @@ absl::StatusOr<ChildResult> RunChild(const std::vector<std::string>& argv, const
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawnattr_t attr;
+  CleanSpawnAttributes(&attr, /*new_group=*/false);
+  int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   ::close(pipe_fds[1]);
   if (rc != 0) {
     ::close(pipe_fds[0]);
@@ -224,10 +247,18 @@ UiRoutes::~UiRoutes() { StopChildren(); }
 
 void UiRoutes::StopChildren() {
   std::lock_guard<std::mutex> lock(children_mu_);
+  for (auto& [job, child] : tensorboards_) ::kill(-child.first, SIGTERM);
+  // TensorBoard stops within a second of SIGTERM; one that does not is killed.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& [job, child] : tensorboards_) {
-    ::kill(-child.first, SIGTERM);
-    ::kill(child.first, SIGTERM);
-    ::waitpid(child.first, nullptr, 0);
+    while (::waitpid(child.first, nullptr, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(-child.first, SIGKILL);
+        ::waitpid(child.first, nullptr, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   tensorboards_.clear();
 }
@@ -569,9 +600,7 @@ UiReply UiRoutes::TensorBoard(const std::string& dir, const std::string& job_id)
   posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
+  CleanSpawnAttributes(&attr, /*new_group=*/true);
   std::vector<std::string> argv = {options_.shoal_binary, "--jobs-dir", options_.jobs_root,
                                    "tensorboard", job_id};
   std::vector<char*> args;

@@ -181,3 +181,33 @@ def test_the_models_page_reads_a_real_model_server(shoal_bin, jobs_dir, tmp_path
         serve.terminate()
         serve.wait(timeout=30)
         out.close()
+
+
+def test_tensorboard_starts_on_request_and_ends_with_the_ui(shoal_bin, jobs_dir, tmp_path, write_job,
+                                                            run_shoal):
+    import framework_examples as fx
+    import urllib.request
+    tensorboard = fx.require_venv("tensorboard").parent / "tensorboard"
+    job = write_job(f"""
+        name: tb
+        tensorboard: {{command: [{tensorboard}]}}
+        roles:
+          worker:
+            instances: 1
+            command: ["/bin/true"]
+        """)
+    assert run_shoal("run", "-q", job, timeout=120).returncode == 0
+    ui = Ui(shoal_bin, jobs_dir, tmp_path)
+    try:
+        job_id = ui.get_json("/api/jobs")["jobs"][0]["job_id"]
+        assert ui.get_json(f"/api/jobs/{job_id}")["tensorboard"] is None
+        url = ui.post_json(f"/api/jobs/{job_id}/tensorboard", 200)["url"]
+        assert url.startswith("http://127.0.0.1:"), url
+        with urllib.request.urlopen(url + "data/runs", timeout=30) as r:
+            assert r.status == 200
+        assert ui.post_json(f"/api/jobs/{job_id}/tensorboard", 200)["url"] == url
+        assert ui.get_json(f"/api/jobs/{job_id}")["tensorboard"] == {"url": url}
+        pid = next(p.pid for p, _, _ in e2e._all_processes() if str(tensorboard) in p.cmdline)
+    finally:
+        assert ui.stop() == 0
+    e2e.wait_until(lambda: e2e._stat(pid) is None, 10, "TensorBoard to end with shoal ui")
