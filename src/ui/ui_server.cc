@@ -371,10 +371,10 @@ uint16_t UiServer::port() const { return impl_->port; }
 void UiServer::Stop() {
   if (!impl_ || impl_->stopping.exchange(true)) return;
   beast::error_code ec;
-  // Wakes the blocked accept.
+  // Wakes the blocked accept; the acceptor is closed once its thread is gone.
   ::shutdown(impl_->acceptor->native_handle(), SHUT_RDWR);
-  impl_->acceptor->close(ec);
   if (impl_->accept_thread.joinable()) impl_->accept_thread.join();
+  impl_->acceptor->close(ec);
   std::list<std::pair<std::thread, std::shared_ptr<tcp::socket>>> connections;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
