@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <type_traits>
+
 #include "spdlog/spdlog.h"
 
 namespace shoal::agent {
