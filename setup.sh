@@ -38,6 +38,12 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
 done
+# Node.js and npm build the web dashboard (web/): Debian's, unless the machine has its own.
+if ! command -v npm >/dev/null; then
+  for p in nodejs npm; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || missing+=("$p")
+  done
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
@@ -160,6 +166,14 @@ for pth in "$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])
            "$(/usr/bin/python3 -m site --user-site)/shoal-sdk.pth"; do
   if [ -e "$pth" ]; then "${sudo_cmd[@]}" rm -f "$pth"; fi
 done
+
+# The web dashboard's build tools and chart library (esbuild, TypeScript, uPlot), pinned by
+# web/package-lock.json, into web/node_modules; redone only when the lock file changed.
+if ! cmp -s "$repo/web/package-lock.json" "$repo/web/node_modules/.shoal-package-lock.json"; then
+  echo "setup: installing the web UI's npm packages (web/package-lock.json)"
+  (cd "$repo/web" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$repo/web/package-lock.json" "$repo/web/node_modules/.shoal-package-lock.json"
+fi
 
 # The YARN test cluster's jar (tests/yarn/minicluster) and the YARN backend's application master
 # (src/backends/yarn/am): Hadoop's jars from Maven Central into a

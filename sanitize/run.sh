@@ -4,8 +4,8 @@
 #   sanitize/run.sh asan   gcc's AddressSanitizer + UndefinedBehaviorSanitizer: builds every
 #                          target in <build>-asan and runs that folder's whole ctest suite (unit,
 #                          end-to-end, SDK), less the tests that are no program of ours to check
-#   sanitize/run.sh tsan   gcc's ThreadSanitizer: builds the unit tests of master, agent and
-#                          serve in <build>-tsan and runs each binary
+#   sanitize/run.sh tsan   gcc's ThreadSanitizer: builds the unit tests of master, agent,
+#                          serve and ui in <build>-tsan and runs each binary
 # Environment: SANITIZE_BUILD_DIR (default build-asan / build-tsan), SANITIZE_JOBS (ninja and
 # ctest, default 2), SANITIZE_TESTS (tsan: the test binaries; asan: a ctest -R regex).
 # Every sanitizer report of every process (daemons started by end-to-end tests included) goes
@@ -92,7 +92,7 @@ else
   # as a race, some 600 per run, none of them in Shoal's code (0011).
   targets=(master_test journal_test shard_table_test process_supervisor_test
            process_launcher_test supervisor_fake_os_test progress_board_test log_batcher_test
-           free_ports_test task_directories_test task_environment_test serve_test)
+           free_ports_test task_directories_test task_environment_test serve_test ui_test)
   [ -z "${SANITIZE_TESTS:-}" ] || read -r -a targets <<<"$SANITIZE_TESTS"
 fi
 ninja -C "$build" -j"$jobs" "${targets[@]}" >"$build/build.log" 2>&1 || {

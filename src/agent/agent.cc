@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "machine/free_ports.h"
+#include "agent/resource_sampler.h"
 #include "agent/task_directories.h"
 #include "agent/task_environment.h"
 #include "common/files.h"
@@ -69,7 +71,11 @@ class MasterLink {
     }
     bool is_log = message.kind_case() == v1::AgentMessage::kLog;
     if (is_log && queued_log_bytes_ > kMaxQueuedLogBytes) return;
-    if (message.kind_case() == v1::AgentMessage::kHeartbeat) return;
+    // Heartbeats and resource samples are about now: a late one is worth nothing.
+    if (message.kind_case() == v1::AgentMessage::kHeartbeat ||
+        message.kind_case() == v1::AgentMessage::kResources) {
+      return;
+    }
     if (is_log) queued_log_bytes_ += message.log().data().size();
     queued_.push_back(message);
   }
@@ -254,6 +260,7 @@ void Agent::Shutdown() {
   shutting_down_ = true;
   cv_.SignalAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (sample_thread_.joinable()) sample_thread_.join();
   if (supervisor_ready_.valid()) supervisor_ready_.wait();
   supervisor_.reset();  // kills anything left
   log_batcher_->Flush();  // what the tasks wrote last
@@ -348,6 +355,9 @@ bool Agent::Connect() {
 
 int Agent::Run() {
   heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  if (options_.resource_sample_interval.count() > 0) {
+    sample_thread_ = std::thread([this] { SampleLoop(); });
+  }
   auto lost_since = std::chrono::steady_clock::now();
   bool ever_connected = false;
   int exit_code = 0;
@@ -489,6 +499,13 @@ void Agent::Launch(const v1::MasterMessage& message) {
     starting_.insert(key);
     live_.insert(key);
     attempts_[key] = l.task().attempt();
+    SampledTask& sampled = sampled_[key];
+    sampled.start_unix_ms = absl::ToUnixMillis(absl::Now());
+    sampled.gpus.clear();
+    for (const std::string& gpu : l.gpus()) {
+      // A UUID or MIG id is not an NVML index: that GPU goes unsampled.
+      if (uint32_t index = 0; absl::SimpleAtoi(gpu, &index)) sampled.gpus.push_back(index);
+    }
   }
   // A board per attempt (a new attempt's file is never the one the old attempt's entry removes).
   std::string progress_error;
@@ -578,6 +595,84 @@ void Agent::HeartbeatLoop() {
       t->set_step(p.step);
     }
     Send(m);
+    mu_.Lock();
+  }
+  mu_.Unlock();
+}
+
+void Agent::SampleLoop() {
+  std::unique_ptr<Nvml> nvml;
+  bool nvml_tried = false;
+  std::unique_ptr<ResourceSampler> sampler;
+  mu_.Lock();
+  while (!shutting_down_) {
+    const absl::Time sample_at =
+        absl::Now() + absl::FromChrono(options_.resource_sample_interval);
+    while (!shutting_down_ && !cv_.WaitWithDeadline(&mu_, sample_at)) {
+    }
+    if (shutting_down_) break;
+    std::vector<TaskToSample> tasks;
+    std::vector<std::pair<uint32_t, int64_t>> facts;  // attempt, start of each task
+    bool wants_gpus = false;
+    mu_.Unlock();
+    // Null until the supervisor exists (the first launch waits for it, so no task runs yet).
+    ProcessSupervisor* supervisor =
+        supervisor_ready_.wait_for(std::chrono::seconds(0)) == std::future_status::ready
+            ? Supervisor()
+            : nullptr;
+    std::vector<ProcessSupervisor::LiveProcess> live;
+    if (supervisor != nullptr) live = supervisor->LiveProcesses();
+    mu_.Lock();
+    for (auto& process : live) {
+      auto it = sampled_.find(process.key);
+      // A task is sampled once its start has been told (samples never precede TaskStarted).
+      if (it == sampled_.end() || !live_.count(process.key) || starting_.count(process.key)) {
+        continue;
+      }
+      TaskToSample& task = tasks.emplace_back();
+      task.key = process.key;
+      task.pid = process.pid;
+      task.cgroup_dirs = std::move(process.cgroup_dirs);
+      task.gpus = it->second.gpus;
+      wants_gpus = wants_gpus || !task.gpus.empty();
+      facts.emplace_back(attempts_[process.key], it->second.start_unix_ms);
+    }
+    mu_.Unlock();
+    if (!tasks.empty()) {
+      // Loaded once, when a task first has a GPU: NVML's initialisation takes a while on a
+      // machine with GPUs, and machines without any never pay for it.
+      if (wants_gpus && !nvml_tried) {
+        nvml_tried = true;
+        nvml = Nvml::Load(options_.nvml_library);
+        sampler.reset();
+      }
+      if (!sampler) {
+        ResourceSamplerOptions sampler_options;
+        sampler_options.nvml = nvml.get();
+        sampler = std::make_unique<ResourceSampler>(sampler_options);
+      }
+      std::vector<TaskUsage> usages = sampler->Sample(tasks);
+      v1::AgentMessage m;
+      for (size_t i = 0; i < usages.size(); ++i) {
+        const TaskUsage& usage = usages[i];
+        auto [role, index] = SplitKey(usage.key);
+        v1::TaskResources* t = m.mutable_resources()->add_tasks();
+        t->mutable_task()->set_role(role);
+        t->mutable_task()->set_index(index);
+        t->mutable_task()->set_attempt(facts[i].first);
+        t->set_ts_unix_ms(usage.ts_unix_ms);
+        t->set_start_unix_ms(facts[i].second);
+        t->set_cpu_seconds_total(usage.cpu_seconds_total);
+        t->set_rss_bytes(usage.rss_bytes);
+        for (const auto& gpu : usage.gpus) {
+          v1::TaskResources::Gpu* g = t->add_gpus();
+          g->set_index(gpu.index);
+          g->set_util_percent(gpu.util_percent);
+          g->set_memory_bytes(gpu.memory_bytes);
+        }
+      }
+      Send(m);
+    }
     mu_.Lock();
   }
   mu_.Unlock();

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/agent_watchdog.h"
 #include "agent/log_batcher.h"
+#include "agent/nvml.h"
 #include "process/process_supervisor.h"
 #include "agent/sdk_server.h"
 #include "common/port_range.h"
@@ -69,7 +70,13 @@ struct AgentOptions {
   std::string shoal_binary;
   // Task output is held this long and sent as one chunk per task stream (log_batcher.h);
   // a task's output always reaches the master before its exit. Zero: every read at once.
-  std::chrono::milliseconds log_flush_window{250};
+  std::chrono::milliseconds log_flush_window{200};
+  // Every this long the agent measures each of its tasks (CPU, memory, GPUs: resource_sampler.h)
+  // and sends the samples to the master, which keeps them in the task's resources.jsonl.
+  // Zero: no samples.
+  std::chrono::milliseconds resource_sample_interval{2000};
+  // The NVML library GPU samples come from; absent: no GPU fields (nvml.h).
+  std::string nvml_library = Nvml::kDefaultLibrary;
 };
 
 // Runs on one node: dials the master, launches what it is told, reports facts (started, output,
@@ -98,6 +105,8 @@ class Agent {
   void Launch(const v1::MasterMessage& message);
   void Send(const v1::AgentMessage& message);
   void HeartbeatLoop();
+  // Measures the live tasks every resource_sample_interval and sends what it found.
+  void SampleLoop();
   void StopTasksAndWait(std::chrono::milliseconds grace);
   void OnExit(const std::string& key, const ProcessExit& exit);
 
@@ -112,6 +121,7 @@ class Agent {
   std::unique_ptr<LogBatcher> log_batcher_;
   std::unique_ptr<SdkServer> sdk_;
   std::thread heartbeat_thread_;
+  std::thread sample_thread_;
   std::unique_ptr<AgentWatchdog> watchdog_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> shutting_down_{false};
@@ -126,6 +136,12 @@ class Agent {
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> stopping_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint32_t> attempts_ ABSL_GUARDED_BY(mu_);  // task -> current attempt
+  // What the resource samples of a task's current attempt carry beside the measures.
+  struct SampledTask {
+    int64_t start_unix_ms = 0;
+    std::vector<uint32_t> gpus;  // the numeric device ids it was given (NVML indexes)
+  };
+  std::map<std::string, SampledTask> sampled_ ABSL_GUARDED_BY(mu_);
   uint64_t heartbeat_seq_ = 0;
 };
 

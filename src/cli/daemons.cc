@@ -273,6 +273,9 @@ int RunAgentDaemon(const AgentFlags& flags) {
   if (auto flush = EnvMilliseconds("SHOAL_AGENT_LOG_FLUSH_MS")) {
     options.log_flush_window = std::chrono::milliseconds(*flush);
   }
+  if (auto sample = EnvMilliseconds("SHOAL_AGENT_SAMPLE_INTERVAL_MS")) {
+    options.resource_sample_interval = std::chrono::milliseconds(*sample);
+  }
   options.shoal_binary = flags.shoal_binary;
   if (flags.heartbeat_interval_ms != 0) {
     options.heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms);

@@ -31,7 +31,7 @@ struct AgentFlags {
   // Runs in a container whose limits bound the tasks (a Kubernetes pod): see AgentOptions.
   bool in_container = false;
   uint32_t watchdog_ms = 0;   // 0: no watchdog
-  uint32_t log_flush_ms = 250;  // how long task output is held before it goes to the master
+  uint32_t log_flush_ms = 200;  // how long task output is held before it goes to the master
   std::string shoal_binary;   // for the watchdog
 };
 // `shoal agent ...`: one node's agent, started by a backend.

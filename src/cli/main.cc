@@ -28,6 +28,7 @@
 #include "agent/agent_watchdog.h"
 #include "mpi/mpi_commands.h"
 #include "serve/serve_command.h"
+#include "ui/ui_command.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -183,6 +184,17 @@ int RunShoal(int argc, char** argv) {
   serve_cmd->add_option("--repository-settle-ms", serve.repository_settle_ms,
                         "Load a new version once its files are unchanged this long (default 2000)")
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+
+  shoal::ui::UiOptions ui;
+  auto* ui_cmd = app.add_subcommand(
+      "ui", "Serve the web dashboard of the jobs directory (and of shoal serve instances)");
+  ui_cmd->add_option("--listen", ui.listen,
+                     "HOST:PORT to serve on (default 127.0.0.1:8470; any other host needs a token)");
+  ui_cmd->add_option("--serve", ui.serve_urls,
+                     "URL of a shoal serve for the models page (repeatable)");
+  ui_cmd->add_option("--token-file", ui.token_file,
+                     "File with the token callers must present (required off loopback; default "
+                     "$SHOAL_UI_TOKEN_FILE)");
 
   std::string master_job_dir;
   bool master_recover = false;
@@ -343,6 +355,11 @@ int RunShoal(int argc, char** argv) {
   }
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
   if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
+  if (ui_cmd->parsed()) {
+    ui.jobs_root = root;
+    ui.shoal_binary = self;
+    return shoal::ui::RunUi(ui);
+  }
   if (daemonset_cmd->parsed()) return shoal::cli::PrintAgentDaemonSet(daemonset);
   if (install_cmd->parsed()) return shoal::cli::RunAgentInstall(install_from, install_to);
   if (master_cmd->parsed()) return shoal::cli::RunMasterDaemon(master_job_dir, self, master_recover,

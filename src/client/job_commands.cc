@@ -29,34 +29,6 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 
-bool IsTerminalState(const std::string& s) {
-  return s == "succeeded" || s == "failed" || s == "killed";
-}
-
-// The freshest status: from the live master, else status.json. A status.json that is not
-// terminal while its master is dead means the master died mid-job.
-std::optional<nlohmann::json> CurrentStatus(const std::string& job_dir) {
-  auto info = ReadMasterInfo(job_dir);
-  if (info && info->alive) {
-    if (auto client = MasterClient::Connect(job_dir); client.ok()) {
-      if (auto st = (*client)->GetStatus(Ms(2000)); st.ok()) return *st;
-    }
-  }
-  auto file = ReadStatusFile(job_dir);
-  if (file && !IsTerminalState(file->value("state", "")) && !(info && info->alive)) {
-    (*file)["state"] = "lost";
-    (*file)["reason"] = "its master is no longer running (see master.log)";
-  }
-  if (!file) {
-    nlohmann::json j = {{"job_id", std::filesystem::path(job_dir).filename().string()},
-                        {"state", "unknown"},
-                        {"reason", "no status written yet"},
-                        {"tasks", nlohmann::json::array()}};
-    return j;
-  }
-  return file;
-}
-
 absl::StatusOr<std::string> Locate(const std::string& root, const std::string& job) {
   auto dir = FindJob(root, job);
   if (!dir.ok()) std::cerr << "shoal: " << dir.status().message() << "\n";

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <ctime>
@@ -14,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/master_client.h"
 #include "common/files.h"
 #include "process/process.h"
 
@@ -101,6 +103,32 @@ std::optional<nlohmann::json> ReadStatusFile(const std::string& job_dir) {
   auto j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return j;
+}
+
+bool IsTerminalState(const std::string& s) {
+  return s == "succeeded" || s == "failed" || s == "killed";
+}
+
+std::optional<nlohmann::json> CurrentStatus(const std::string& job_dir) {
+  auto info = ReadMasterInfo(job_dir);
+  if (info && info->alive) {
+    if (auto client = MasterClient::Connect(job_dir); client.ok()) {
+      if (auto st = (*client)->GetStatus(std::chrono::milliseconds(2000)); st.ok()) return *st;
+    }
+  }
+  auto file = ReadStatusFile(job_dir);
+  if (file && !IsTerminalState(file->value("state", "")) && !(info && info->alive)) {
+    (*file)["state"] = "lost";
+    (*file)["reason"] = "its master is no longer running (see master.log)";
+  }
+  if (!file) {
+    nlohmann::json j = {{"job_id", std::filesystem::path(job_dir).filename().string()},
+                        {"state", "unknown"},
+                        {"reason", "no status written yet"},
+                        {"tasks", nlohmann::json::array()}};
+    return j;
+  }
+  return file;
 }
 
 }  // namespace shoal::client

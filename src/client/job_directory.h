@@ -37,4 +37,12 @@ std::optional<MasterInfo> ReadMasterInfo(const std::string& job_dir);
 // status.json, or nullopt.
 std::optional<nlohmann::json> ReadStatusFile(const std::string& job_dir);
 
+// succeeded, failed or killed: the job is over and its status will not change.
+bool IsTerminalState(const std::string& state);
+
+// The freshest status: from the live master, else status.json. A status.json that is not
+// terminal while its master is dead means the master died mid-job: its state reads `lost`.
+// Never nullopt (a job without status.json reads `unknown`); optional for the callers' style.
+std::optional<nlohmann::json> CurrentStatus(const std::string& job_dir);
+
 }  // namespace shoal::client

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Master>> Master::Create(MasterOptions options,
   auto publisher = StatusPublisher::Open(dir, &master->loop_, master->options_.clock);
   if (!publisher.ok()) return publisher.status();
   master->publisher_ = std::move(*publisher);
+  master->resource_logs_ = std::make_unique<ResourceLogs>(dir);
   if (master->options_.recover) {
     // Read before anything is appended: the previous master's record of the job.
     auto records = Journal::ReadAll(dir + "/events.jsonl");
@@ -281,6 +282,9 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
         break;
       case v1::AgentMessage::kLogs:
         for (const v1::LogChunk& chunk : message.logs().chunks()) OnLogChunk(chunk);
+        break;
+      case v1::AgentMessage::kResources:
+        OnResourceSamples(message);
         break;
       case v1::AgentMessage::kLeaving:
         session->leaving = message.leaving();

@@ -23,6 +23,7 @@
 #include "master/horovod_rendezvous.h"
 #include "master/journaled_state.h"
 #include "master/placement.h"
+#include "master/resource_logs.h"
 #include "master/restart_coordinator.h"
 #include "master/sdk_relay.h"
 #include "master/status_publisher.h"
@@ -132,6 +133,8 @@ class Master : public ControlPlane,
   void OnLogChunk(const v1::LogChunk& chunk);
   void OnTaskExited(const v1::AgentMessage& message, bool settled = false);
   void OnTaskStalled(const v1::AgentMessage& message);
+  // The agent's samples of its tasks: kept in each task's resources.jsonl.
+  void OnResourceSamples(const v1::AgentMessage& message);
   void DrainProgress();
   void OnPlaceLost(const std::string& node, const std::string& why);
   // Asks the backend for a new agent on a lost place that tasks will restart on.
@@ -194,6 +197,7 @@ class Master : public ControlPlane,
   SdkRelay sdk_;
   Admission admission_;
   std::unique_ptr<StatusPublisher> publisher_;
+  std::unique_ptr<ResourceLogs> resource_logs_;
   frameworks::ClusterPlan plan_;
   std::set<std::string> notices_shown_;  // agent notices already shown to clients
   std::set<std::string> awaiting_reattach_;  // recovery: nodes whose agent has not come back

@@ -218,6 +218,7 @@ void Master::Finish() {
   SetPhase(phase, reason);
   AfterBatch();  // durable before anyone is told
   publisher_->CloseWatchers();
+  resource_logs_->Flush();  // the job's files are complete when its end is known
   Finished();
 }
 

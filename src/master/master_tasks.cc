@@ -143,6 +143,23 @@ void Master::StopTask(TaskRecord& task, std::chrono::milliseconds grace,
   agents_.Send(*s, msg);
 }
 
+void Master::OnResourceSamples(const v1::AgentMessage& message) {
+  for (const v1::TaskResources& t : message.resources().tasks()) {
+    TaskRecord* rec = job_.tasks.Find(t.task().role(), t.task().index());
+    if (rec == nullptr || rec->attempt != t.task().attempt()) continue;
+    ResourceSample sample;
+    sample.attempt = t.task().attempt();
+    sample.ts_unix_ms = t.ts_unix_ms();
+    sample.start_unix_ms = t.start_unix_ms();
+    sample.cpu_seconds_total = t.cpu_seconds_total();
+    sample.rss_bytes = t.rss_bytes();
+    for (const auto& gpu : t.gpus()) {
+      sample.gpus.push_back({gpu.index(), gpu.util_percent(), gpu.memory_bytes()});
+    }
+    resource_logs_->Add(absl::StrCat(rec->role, "-", rec->index), sample, rec->step);
+  }
+}
+
 void Master::OnLogChunk(const v1::LogChunk& chunk) {
   TaskRecord* rec = job_.tasks.Find(chunk.task().role(), chunk.task().index());
   if (rec == nullptr) return;

@@ -348,6 +348,19 @@ size_t ProcessSupervisor::LiveCount() const {
   return live_;
 }
 
+std::vector<ProcessSupervisor::LiveProcess> ProcessSupervisor::LiveProcesses() const {
+  std::vector<LiveProcess> live;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, process] : processes_) {
+    if (process->reaped || process->pid <= 0) continue;
+    LiveProcess& p = live.emplace_back();
+    p.key = process->key;
+    p.pid = process->pid;
+    if (process->cgroup) p.cgroup_dirs = process->cgroup->dirs();
+  }
+  return live;
+}
+
 void ProcessSupervisor::Wake() {
   uint64_t one = 1;
   ssize_t ignored = ::write(wake_fd_.get(), &one, sizeof one);

@@ -109,6 +109,16 @@ class ProcessSupervisor {
   // Processes launched whose on_exit has not started yet.
   size_t LiveCount() const;
 
+  // Where to measure a live process: its pid (not reaped yet, so not recycled, at the moment
+  // of the call) and its cgroup directories (empty without cgroups).
+  struct LiveProcess {
+    std::string key;
+    pid_t pid = -1;
+    std::vector<TaskCgroup::Dir> cgroup_dirs;
+  };
+  // Every live process that has been started (not those whose launch is in progress).
+  std::vector<LiveProcess> LiveProcesses() const;
+
   // How limits are enforced on this machine, e.g. "memory limits: cgroup v1 memory at ...".
   std::string LimitsDescription() const { return limits_->Describe(); }
 

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "process/cgroup_fs.h"
 
 namespace shoal::process {
 namespace {
@@ -226,6 +227,24 @@ TEST_F(ProcessSupervisorTest, ReportsExitCode) {
   EXPECT_FALSE(exit.stopped_by_request);
   EXPECT_FALSE(exit.oom_killed);
   EXPECT_EQ(supervisor_->LiveCount(), 0u);
+}
+
+// The resource sampler measures what this lists: each live process with its cgroups.
+TEST_F(ProcessSupervisorTest, ListsLiveProcessesWithTheirCgroupsUntilTheyExit) {
+  auto pid = supervisor_->Launch(Spec("worker:0", {"sleep", "1000"}));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  std::vector<ProcessSupervisor::LiveProcess> live = supervisor_->LiveProcesses();
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].key, "worker:0");
+  EXPECT_EQ(live[0].pid, *pid);
+  for (const auto& dir : live[0].cgroup_dirs) {
+    EXPECT_THAT(cgroup_fs::Read(dir.path + "/cgroup.procs").value_or(""),
+                HasSubstr(std::to_string(*pid)))
+        << dir.path;
+  }
+  supervisor_->Stop("worker:0", std::chrono::milliseconds(0));
+  recorder_.WaitExit("worker:0");
+  EXPECT_TRUE(supervisor_->LiveProcesses().empty());
 }
 
 TEST_F(ProcessSupervisorTest, ReportsSigkillFromOutsideAsSignal9) {
