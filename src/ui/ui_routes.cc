@@ -26,6 +26,7 @@
 #include "common/http_client.h"
 #include "nlohmann/json.hpp"
 #include "ui/embedded_assets.h"
+#include "ui/job_metrics.h"
 #include "ui/journal_timeline.h"
 #include "ui/log_pages.h"
 
@@ -711,16 +712,12 @@ UiReply UiRoutes::Models() {
 }
 
 UiReply UiRoutes::Metrics() {
-  // Until the job metrics land: the jobs by state.
-  JobQuery all;
-  all.per_page = 1;
-  JobPage page = index_.Query(all);
+  const int64_t now = options_.now_unix_ms();
+  std::vector<JobMetricFacts> jobs =
+      metrics_cache_.Read(client::ListJobDirs(options_.jobs_root), now);
   UiReply reply;
   reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-  reply.body = "# HELP shoal_jobs Jobs in the jobs directory by state.\n# TYPE shoal_jobs gauge\n";
-  for (const auto& [state, count] : page.states) {
-    absl::StrAppend(&reply.body, "shoal_jobs{state=\"", state, "\"} ", count, "\n");
-  }
+  reply.body = RenderJobMetrics(jobs, {.now_unix_ms = now});
   return reply;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/string_view.h"
 #include "ui/job_index.h"
+#include "ui/job_metrics.h"
 
 namespace shoal::ui {
 
@@ -73,6 +74,8 @@ class UiRoutes {
 
   Options options_;
   JobIndex index_;
+  // Each scrape reads only the journals that changed since the last one.
+  JobMetricsCache metrics_cache_;
   std::mutex children_mu_;
   std::map<std::string, std::pair<int, std::string>> tensorboards_;  // job id -> (pid, url)
   // The last scrape of each serve URL, for request rates: url -> (unix ms, model -> count).
