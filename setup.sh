@@ -23,7 +23,7 @@ packages=(
   python3-packaging libtorch-dev libgloo-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   python3-grpcio python3-grpc-tools
-  openmpi-bin python3-mpi4py hyperfine procps iproute2
+  openmpi-bin python3-mpi4py hyperfine procps iproute2 prometheus
   python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
@@ -47,9 +47,10 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
-  # Slurm's and munge's packages would start their daemons with a default configuration; the
-  # test cluster (tests/slurm/cluster.sh) runs its own. A policy-rc.d that denies starts keeps
-  # them from running, only for this install and only where the machine has none of its own.
+  # Slurm's, munge's and prometheus' packages would start their daemons with a default
+  # configuration; the test cluster (tests/slurm/cluster.sh) runs its own, and the tests their
+  # own prometheus. A policy-rc.d that denies starts keeps them from running, only for this
+  # install and only where the machine has none of its own.
   own_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee /usr/sbin/policy-rc.d >/dev/null
