@@ -30,12 +30,12 @@ namespace {
 namespace fs = std::filesystem;
 using master::JournalEntry;
 
-constexpr std::array<const char*, 9> kJobStates = {
-    "queued", "starting", "running", "stopping", "succeeded", "failed", "killed", "lost",
-    "unknown"};
+constexpr std::array<const char*, 9> kJobStates = {"queued",   "starting",  "running",
+                                                   "stopping", "succeeded", "failed",
+                                                   "killed",   "lost",      "unknown"};
 constexpr std::array<const char*, 6> kTaskStates = {"pending",   "starting", "running",
                                                     "succeeded", "failed",   "killed"};
-constexpr std::array<const char*, 7> kCauseClasses = {"exit_code", "signal", "oom", "hung",
+constexpr std::array<const char*, 7> kCauseClasses = {"exit_code", "signal",      "oom",  "hung",
                                                       "lost",      "start_error", "other"};
 // Seconds. Detection runs from milliseconds (an exit report) to minutes (a progress timeout,
 // an agent silent for its heartbeat misses); recovery adds backoff and a new place's start.
@@ -219,7 +219,8 @@ absl::StatusOr<JobMetricFacts> ReadJournalFacts(const std::string& job_dir) {
     absl::string_view line = rest.substr(0, end);
     rest.remove_prefix(end + 1);
     if (line.empty()) continue;
-    auto json = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+    auto json =
+        nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     if (json.is_discarded()) continue;
     auto entry = master::FromJson(json);
     if (!entry.ok()) continue;  // a record of a bad shape changes nothing here
@@ -253,7 +254,8 @@ std::optional<double> StepsPerSecond(const std::string& samples_path) {
   std::vector<absl::string_view> lines = absl::StrSplit(tail, '\n');
   // The piece after the last newline is a sample still being written (or empty).
   for (size_t i = lines.size() - 1; i-- > 0 && last.size() < 2;) {
-    auto j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr, /*allow_exceptions=*/false);
+    auto j = nlohmann::json::parse(lines[i].begin(), lines[i].end(), nullptr,
+                                   /*allow_exceptions=*/false);
     if (j.is_object()) last.push_back(std::move(j));
   }
   if (last.size() < 2) return std::nullopt;
@@ -285,8 +287,7 @@ int64_t NewestCheckpointFile(const std::string& job_dir) {
 
 // Adds what the directory says beside the journal: status.json (the state as `shoal status`
 // says it, the tasks), whether the master died, the checkpoints and the resource samples.
-void CompleteFromDirectory(JobMetricFacts& facts, const std::string& job_dir,
-                           int64_t now_unix_ms) {
+void CompleteFromDirectory(JobMetricFacts& facts, const std::string& job_dir, int64_t now_unix_ms) {
   facts.job_dir = job_dir;
   if (facts.job_id.empty()) facts.job_id = fs::path(job_dir).filename().string();
   if (auto status = client::ReadStatusFile(job_dir); status && status->is_object()) {
@@ -330,8 +331,8 @@ void CompleteFromDirectory(JobMetricFacts& facts, const std::string& job_dir,
   for (auto& task : facts.tasks) {
     if (task.state != "running") continue;
     auto [role, index] = SplitTask(task.task);
-    if (auto sps = StepsPerSecond(absl::StrCat(job_dir, "/tasks/", role, "-", index,
-                                               "/resources.jsonl"))) {
+    if (auto sps = StepsPerSecond(
+            absl::StrCat(job_dir, "/tasks/", role, "-", index, "/resources.jsonl"))) {
       task.has_steps_per_second = true;
       task.steps_per_second = *sps;
     }
@@ -378,7 +379,8 @@ std::string EscapeLabelValue(absl::string_view value) {
 std::string FormatValue(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrFormat("%d", static_cast<int64_t>(v));
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    return absl::StrFormat("%d", static_cast<int64_t>(v));
   return absl::StrFormat("%.9g", v);
 }
 
@@ -439,8 +441,7 @@ std::string FailureCauseClass(const std::string& cause) {
   return "other";
 }
 
-absl::StatusOr<JobMetricFacts> ReadJobMetricFacts(const std::string& job_dir,
-                                                  int64_t now_unix_ms) {
+absl::StatusOr<JobMetricFacts> ReadJobMetricFacts(const std::string& job_dir, int64_t now_unix_ms) {
   auto journal = ReadJournalPart(job_dir);
   if (!journal.ok()) return journal.status();
   return Finish(std::move(*journal), job_dir, now_unix_ms);
@@ -470,7 +471,8 @@ std::string RenderJobMetrics(const std::vector<JobMetricFacts>& jobs,
   w.Family("shoal_failures_total", "counter",
            "Task failures handled by the failure policy, over every job of the directory, by "
            "cause class.");
-  for (const auto& [cause, n] : failures_all) w.Sample("shoal_failures_total", {{"cause", cause}}, n);
+  for (const auto& [cause, n] : failures_all)
+    w.Sample("shoal_failures_total", {{"cause", cause}}, n);
   w.Family("shoal_failure_detection_seconds", "histogram",
            "Time from a task failure (its exit, the start of a hang, its agent's silence or "
            "loss) to the master's decision on it, over every job of the directory.");

@@ -1,8 +1,8 @@
 #include "ui/job_metrics.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,14 +56,19 @@ nlohmann::json JobState(int64_t ms, const std::string& to) {
 
 nlohmann::json Failure(int64_t ms, const std::string& task, int attempt, const std::string& action,
                        const std::string& cause) {
-  return At(ms, {{"type", "failure_handled"}, {"task", task}, {"attempt", attempt},
-                 {"action", action}, {"cause", cause}, {"restart", 1}, {"delay_ms", 200}});
+  return At(ms, {{"type", "failure_handled"},
+                 {"task", task},
+                 {"attempt", attempt},
+                 {"action", action},
+                 {"cause", cause},
+                 {"restart", 1},
+                 {"delay_ms", 200}});
 }
 
 // The records of a job that starts its tasks on node "local" and runs them from 100 ms.
 std::vector<nlohmann::json> Started(const std::string& id, const std::vector<std::string>& tasks) {
-  std::vector<nlohmann::json> j = {
-      At(0, {{"type", "job_submitted"}, {"job_id", id}, {"name", "train"}, {"tasks", tasks.size()}})};
+  std::vector<nlohmann::json> j = {At(
+      0, {{"type", "job_submitted"}, {"job_id", id}, {"name", "train"}, {"tasks", tasks.size()}})};
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& t : tasks) {
     j.push_back(TaskState(0, t, "pending"));
@@ -109,8 +114,8 @@ class JobDirs : public ::testing::Test {
   }
   static void WriteStatus(const std::string& dir, const std::string& state,
                           int64_t finished_ms = 0) {
-    nlohmann::json s = {{"job_id", fs::path(dir).filename().string()}, {"name", "train"},
-                        {"state", state}};
+    nlohmann::json s = {
+        {"job_id", fs::path(dir).filename().string()}, {"name", "train"}, {"state", state}};
     if (finished_ms) s["finished_unix_ms"] = kT0 + finished_ms;
     std::ofstream(dir + "/status.json") << s.dump();
   }
@@ -138,7 +143,8 @@ class JobDirs : public ::testing::Test {
       ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "sh did not start";
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::ofstream(dir + "/master.json") << nlohmann::json{{"address", "127.0.0.1:1"}, {"pid", pid}}.dump();
+    std::ofstream(dir + "/master.json")
+        << nlohmann::json{{"address", "127.0.0.1:1"}, {"pid", pid}}.dump();
   }
   JobMetricFacts Read(const std::string& dir, int64_t now_ms = 60'000) {
     auto facts = ReadJobMetricFacts(dir, kT0 + now_ms);
@@ -180,10 +186,13 @@ TEST_F(JobDirs, TaskExitAndRestartTimedFromTheJournal) {
 TEST_F(JobDirs, HangIsDetectedFromItsLastProgress) {
   std::string dir = Job("hang-1");
   auto j = Started("hang-1", {"worker:0"});
-  j.push_back(At(30'000, {{"type", "task_hung"}, {"task", "worker:0"}, {"attempt", 0},
-                          {"last_step", 7}, {"silent_ms", 5000}}));
-  j.push_back(Failure(30'040, "worker:0", 0, "restart-task",
-                      "hung: no progress for 5.0s after step 7"));
+  j.push_back(At(30'000, {{"type", "task_hung"},
+                          {"task", "worker:0"},
+                          {"attempt", 0},
+                          {"last_step", 7},
+                          {"silent_ms", 5000}}));
+  j.push_back(
+      Failure(30'040, "worker:0", 0, "restart-task", "hung: no progress for 5.0s after step 7"));
   j.push_back(TaskState(30'040, "worker:0", "failed", 0));
   j.push_back(TaskState(30'240, "worker:0", "pending", 1));
   j.push_back(TaskState(31'000, "worker:0", "running", 1));
@@ -288,9 +297,12 @@ TEST_F(JobDirs, StepsPerSecondFromTheLastTwoSamplesOfARunningTask) {
   StartMaster(dir);
   fs::create_directories(dir + "/tasks/worker-0");
   std::ofstream(dir + "/tasks/worker-0/resources.jsonl")
-      << R"({"ts_ms": 1000, "step": 0, "attempt": 0, "cpu_percent": 90, "gpus": []})" "\n"
-      << R"({"ts_ms": 2000, "step": 10, "attempt": 0, "cpu_percent": 90, "gpus": []})" "\n"
-      << R"({"ts_ms": 4000, "step": 30, "attempt": 0, "cpu_percent": 90, "gpus": []})" "\n"
+      << R"({"ts_ms": 1000, "step": 0, "attempt": 0, "cpu_percent": 90, "gpus": []})"
+         "\n"
+      << R"({"ts_ms": 2000, "step": 10, "attempt": 0, "cpu_percent": 90, "gpus": []})"
+         "\n"
+      << R"({"ts_ms": 4000, "step": 30, "attempt": 0, "cpu_percent": 90, "gpus": []})"
+         "\n"
       << R"({"ts_ms": 5000, "st)";
   JobMetricFacts f = Read(dir);
   ASSERT_EQ(f.tasks.size(), 2u);
@@ -520,8 +532,8 @@ TEST(RenderJobMetricsTest, JobsEndedLongAgoAreCountedButHaveNoSeriesOfTheirOwn) 
       EXPECT_NE(s.labels.at("job_id"), "old-1") << s.name;
     }
   }
-  EXPECT_TRUE(e.Value("shoal_job_info", {{"job_id", "recent-1"}, {"name", "train"},
-                                         {"state", "succeeded"}}));
+  EXPECT_TRUE(e.Value("shoal_job_info",
+                      {{"job_id", "recent-1"}, {"name", "train"}, {"state", "succeeded"}}));
 }
 
 TEST(RenderJobMetricsTest, EmptyDirectoryStillListsEveryFamily) {
