@@ -150,11 +150,16 @@ def test_prometheus_scrapes_the_restart_and_its_recovery(shoal_bin, write_job, r
                   "the job's failure by cause", lambda v: v == 1)
         one_value(prom, "shoal_failure_recovery_seconds_count", "a recovery observed",
                   lambda v: v >= 1)
-        # The recovery took at least the 200 ms backoff; Prometheus' own quantile over the
-        # buckets agrees that it is above it.
+        # The recovery took at least the 200 ms backoff: not in the buckets up to 0.1 s, in +Inf.
         _, recovery_sum = one_value(prom, "shoal_failure_recovery_seconds_sum",
                                     "the recovery time", lambda v: v > 0)
         assert recovery_sum >= 0.2
+        one_value(prom, 'shoal_failure_recovery_seconds_bucket{le="0.1"}', "the 0.1 s bucket",
+                  lambda v: v == 0)
+        one_value(prom, 'shoal_failure_recovery_seconds_bucket{le="+Inf"}', "the +Inf bucket",
+                  lambda v: v >= 1)
+        one_value(prom, "shoal_failure_detection_seconds_count", "a detection observed",
+                  lambda v: v >= 1)
         one_value(prom, f'shoal_job_tasks{{job_id="{job_id}",state="succeeded"}}',
                   "the job's tasks by state", lambda v: v == 1)
     finally:
