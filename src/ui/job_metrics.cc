@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -79,7 +78,7 @@ class JournalWalker {
     std::visit([this](const auto& r) { On(r); }, e.record);
   }
 
-  std::vector<std::string> task_order() const { return task_order_; }
+  const std::vector<std::string>& task_order() const { return task_order_; }
   const std::map<std::string, std::string>& task_states() const { return task_state_; }
   std::string job_state() const { return job_state_; }
   int64_t finished_unix_ms() const { return finished_us_ / 1000; }
@@ -317,8 +316,8 @@ void CompleteFromDirectory(JobMetricFacts& facts, const std::string& job_dir, in
       facts.queued_since_unix_ms = 0;  // nobody is waiting any more
     }
   }
-  // A lost job ended when its journal stopped.
-  if (facts.state == "lost" && facts.ended_unix_ms == 0) {
+  // A lost job (or one whose end has no time of its own) ended when its journal stopped.
+  if (IsFinishedJobState(facts.state) && facts.ended_unix_ms == 0) {
     facts.ended_unix_ms = facts.last_record_unix_ms;
   }
   if (!IsFinishedJobState(facts.state)) facts.ended_unix_ms = 0;
