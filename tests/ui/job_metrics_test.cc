@@ -260,6 +260,16 @@ TEST_F(JobDirs, JobOfADeadMasterIsLost) {
   EXPECT_EQ(f.ended_unix_ms, kT0 + 100);  // its journal's last record
 }
 
+TEST_F(JobDirs, FinishedJobWithoutEndTimeEndsWithItsJournal) {
+  std::string dir = Job("noend-1");
+  auto j = Started("noend-1", {"worker:0"});
+  j.push_back(JobState(7'000, "succeeded"));  // no job_finished, no status.json
+  WriteJournal(dir, j);
+  JobMetricFacts f = Read(dir);
+  EXPECT_EQ(f.state, "succeeded");
+  EXPECT_EQ(f.ended_unix_ms, kT0 + 7'000);
+}
+
 TEST_F(JobDirs, TruncatedLastLineIsSkipped) {
   std::string dir = Job("torn-1");
   auto j = Started("torn-1", {"worker:0"});
