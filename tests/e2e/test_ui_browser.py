@@ -428,16 +428,50 @@ def test_off_loopback_needs_a_token_and_state_changes_need_the_header(start_shoa
         context.close()
 
 
-def test_models_page_says_where_its_servers_are(start_shoal, page, jobs_dir):
-    """Without --serve the models page says how to add servers; an unreachable one is shown
-    with its error."""
+def test_models_page_shows_each_servers_models_and_their_statistics(start_shoal, page, jobs_dir,
+                                                                    tmp_path):
+    """A real `shoal serve` with the example models, some requests to the MLP, and one server
+    that does not answer: the page shows readiness, versions, latency and errors of each."""
     jobs_dir.mkdir(parents=True, exist_ok=True)
     _, url = start_ui(start_shoal)
     page.goto(url + "models")
     expect(page.locator(".models")).to_contain_text("--serve")
-    _, url = start_ui(start_shoal, "--serve", "http://127.0.0.1:9")
+
+    repository = tmp_path / "models"
+    r = subprocess.run([e2e.PYTHON, str(e2e.REPO_ROOT / "examples" / "serving" / "export_models.py"),
+                        "--out", str(repository)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    serve = start_shoal("serve", "--model-repository", repository, "--http-port", "0",
+                        "--grpc-port", "0")
+    serve_url = e2e.wait_until(
+        lambda: (m := re.search(r"listening on (http://127\.0\.0\.1:\d+)", serve.stdout()))
+        and m.group(1), 60, "shoal serve to print its port")
+    e2e.wait_until(lambda: http("GET", serve_url + "/v2/health/ready")[0] == 200, 120,
+                   "the models to load")
+
+    def infer(n):
+        body = json.dumps({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32",
+                                       "data": [0.5] * 16}]}).encode()
+        for _ in range(n):
+            status, reply = http("POST", serve_url + "/v2/models/mlp/infer",
+                                 headers={"Content-Type": "application/json"}, data=body)
+            assert status == 200, reply
+    infer(20)
+
+    _, url = start_ui(start_shoal, "--serve", serve_url, "--serve", "http://127.0.0.1:9")
     page.goto(url + "models")
-    server = page.locator("section.server[data-server='http://127.0.0.1:9']")
-    expect(server.locator(".state")).to_have_text("not-ready")
-    expect(server.locator(".server-error")).not_to_be_empty()
-    screenshot(page, "models-unreachable")
+    server = page.locator(f"section.server[data-server='{serve_url}']")
+    expect(server.locator("h2 .state")).to_have_text("ready")
+    mlp = server.locator("tr[data-model=mlp]")
+    expect(mlp.locator(".version")).to_have_count(2)
+    expect(server.locator("tr[data-model=identity]")).to_have_count(1)
+    cells = mlp.locator("td")
+    expect(cells.nth(3)).not_to_be_empty()  # p50
+    expect(cells.nth(7)).to_have_text("0")  # errors
+    # Requests per second from two scrapes (the page refreshes itself) with requests between.
+    infer(20)
+    expect(cells.nth(2)).not_to_have_text("—", timeout=15000)
+    unreachable = page.locator("section.server[data-server='http://127.0.0.1:9']")
+    expect(unreachable.locator("h2 .state")).to_have_text("not-ready")
+    expect(unreachable.locator(".server-error")).not_to_be_empty()
+    screenshot(page, "models")

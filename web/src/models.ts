@@ -27,7 +27,7 @@ export function modelsPage(app: HTMLElement): () => void {
           h("table", {class: "grid models-table"},
             h("thead", null, h("tr", null,
               ...["Model", "Versions", "Requests/s", "p50 ms", "p90 ms", "p99 ms", "Mean batch", "Errors"].map(
-                  (c) => h("th", null, c)))),
+                  (c, i) => h("th", {class: i >= 2 ? "num" : null}, c)))),
             h("tbody", null, ...server.models.map((m) =>
                 h("tr", {"data-model": m.name},
                   h("td", {class: "mono"}, m.name),
