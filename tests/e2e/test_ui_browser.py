@@ -269,18 +269,20 @@ def test_resource_charts_are_drawn_from_the_samples(ui, page, write_job, run_sho
         roles:
           worker:
             instances: 2
-            command: ["/bin/sh", "-c", "echo step 20"]
+            command: ["/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8 9 10; do echo step $i; sleep 0.2; done"]
             resources: {cpus: 0.25}
         """)
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 0, r.stderr
     (job_dir,) = e2e.job_dirs(jobs_dir)
-    t0 = int(time.time() * 1000) - 10000
+    status = json.loads((job_dir / "status.json").read_text())
+    t0, t1 = status["created_unix_ms"], status["finished_unix_ms"]
     for index in (0, 1):
         write_samples(job_dir, f"worker-{index}", [
-            {"ts_ms": t0 + i * 1000, "cpu_percent": 40 + 10 * index + i, "rss_bytes": (200 + 100 * index + 20 * i) << 20,
-             "step": 2 * i, "attempt": 0,
-             "gpus": [{"index": 0, "util_percent": 50 + 4 * i, "memory_bytes": (1 << 30) + i * (1 << 26)}]}
+            {"ts_ms": t0 + i * (t1 - t0) // 10, "cpu_percent": 40 + 10 * index + 3 * i,
+             "rss_bytes": (200 + 100 * index + 20 * i) << 20, "step": 2 * i, "attempt": 0,
+             "gpus": [{"index": 0, "util_percent": 50 + 10 * index + 4 * i,
+                       "memory_bytes": (1 << 30) + (index + i) * (1 << 26)}]}
             for i in range(11)])
 
     page.goto(f"{ui}jobs/{job_dir.name}")
@@ -300,8 +302,9 @@ def test_resource_charts_are_drawn_from_the_samples(ui, page, write_job, run_sho
     # The legend names each task and the job total.
     legend = page.locator("#charts [data-chart=cpu] .u-legend").inner_text()
     assert "worker:0" in legend and "worker:1" in legend and "job total" in legend, legend
-    # 2 steps a second from the last two samples.
-    expect(page.locator("tr[data-task='worker:0'] td").nth(7)).to_have_text("2.00")
+    # Steps per second from the last two samples (2 steps apart).
+    rate = 2 / (((t1 - t0) - 9 * (t1 - t0) // 10) / 1000)
+    expect(page.locator("tr[data-task='worker:0'] td").nth(7)).to_have_text(f"{rate:.2f}")
     screenshot(page, "job-charts")
 
 
