@@ -120,19 +120,19 @@ def test_jobs_list_filters_sorts_pages_and_keeps_them_in_the_url(ui, page, write
     # Newest first by default.
     assert rows.evaluate_all("rs => rs.map(r => r.dataset.job)") == [
         ids["charlie"], ids["bravo"], ids["alpha"]]
-    expect(page.locator("button.filter.state-failed .count")).to_have_text("1")
-    expect(page.locator("button.filter.state-succeeded .count")).to_have_text("2")
+    expect(page.locator("button.filter[data-state=failed] .count")).to_have_text("1")
+    expect(page.locator("button.filter[data-state=succeeded] .count")).to_have_text("2")
     screenshot(page, "jobs")
 
     # A state filter: one row, and the URL says so (a reload keeps it).
-    page.click("button.filter.state-failed")
+    page.click("button.filter[data-state=failed]")
     expect(rows).to_have_count(1)
     expect(rows.first).to_have_attribute("data-job", ids["bravo"])
     assert "state=failed" in page.url
     page.reload()
     expect(rows).to_have_count(1)
-    expect(page.locator("button.filter.state-failed")).to_have_attribute("aria-pressed", "true")
-    page.click("button.filter-all")
+    expect(page.locator("button.filter[data-state=failed]")).to_have_attribute("aria-pressed", "true")
+    page.click("button.filter[data-state='']")
     expect(rows).to_have_count(3)
 
     # The text filter (debounced) and its URL.

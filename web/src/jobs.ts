@@ -19,7 +19,7 @@ interface Column {
 
 const COLUMNS: Column[] = [
   {label: "Name", sort: "name", cell: (j) => link(`/jobs/${encodeURIComponent(j.job_id)}`, j.name || j.job_id)},
-  {label: "ID", cell: (j) => link(`/jobs/${encodeURIComponent(j.job_id)}`, j.job_id), cls: "mono"},
+  {label: "ID", cell: (j) => link(`/jobs/${encodeURIComponent(j.job_id)}`, j.job_id), cls: "mono nowrap"},
   {label: "State", sort: "state", cell: (j) => stateBadge(j.state)},
   {label: "Backend", cell: (j) => j.backend},
   {label: "Tasks", cell: (j) => String(j.tasks), cls: "num"},
@@ -121,21 +121,23 @@ export function jobsPage(app: HTMLElement): () => void {
     const total = Object.values(counts).reduce((a, b) => a + b, 0);
     const shown = STATES.filter((s) => (counts[s] || 0) > 0 || filters.states.includes(s));
     for (const s of Object.keys(counts)) if (!shown.includes(s)) shown.push(s);
-    const button = (label: string, count: number, pressed: boolean, onclick: () => void, cls: string) =>
-        h("button", {type: "button", class: `filter ${cls}`, "aria-pressed": pressed ? "true" : "false",
-                     onclick}, `${label} `, h("span", {class: "count"}, String(count)));
+    const button = (label: string, count: number, pressed: boolean, onclick: () => void, state: string) =>
+        h("button", {type: "button", class: "filter", "data-state": state, "aria-pressed": pressed ? "true" : "false",
+                     onclick},
+          state ? h("span", {class: `dot state-${state}`}) : null, `${label} `,
+          h("span", {class: "count"}, String(count)));
     replace(stateButtons,
             button("all", total, filters.states.length === 0, () => {
               filters.states = [];
               filters.page = 1;
               changed();
-            }, "filter-all"),
+            }, ""),
             ...shown.map((s) => button(s, counts[s] || 0, filters.states.includes(s), () => {
               filters.states = filters.states.includes(s) ? filters.states.filter((x) => x !== s)
                                                           : [...filters.states, s];
               filters.page = 1;
               changed();
-            }, `state-${s}`)));
+            }, s)));
   }
 
   function renderPager(list: JobList): void {
