@@ -49,7 +49,9 @@ def page(browser):
     pg.set_default_timeout(UI_TIMEOUT_MS)
     errors = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.script_errors = errors
+    # What the Content-Security-Policy refused (an inline style or script) is an error too.
+    pg.on("console", lambda m: m.type == "error" and "Content Security Policy" in m.text
+          and errors.append(m.text))
     yield pg
     context.close()
     assert not errors, f"script errors in the page: {errors}"
@@ -161,6 +163,68 @@ def test_jobs_list_filters_sorts_pages_and_keeps_them_in_the_url(ui, page, write
     expect(rows.first).to_have_attribute("data-job", ids["bravo"])
     assert "page=2" in page.url
 
+    # The list refreshes itself: a new job shows up without a reload.
+    page.goto(ui)
+    expect(rows).to_have_count(3)
+    delta = detach_job(write_job("""
+        name: delta
+        roles:
+          worker:
+            command: ["/bin/true"]
+            resources: {cpus: 0.25}
+        """, name="delta.yaml"))
+    expect(rows).to_have_count(4)
+    expect(rows.first).to_have_attribute("data-job", delta)
+
+    # Run again from a job's page: the same file, a new job, and the page moves to it.
+    page.click(f"tr[data-job='{ids['alpha']}'] td a >> nth=0")
+    page.wait_for_url(f"**/jobs/{ids['alpha']}")
+    page.click("button.rerun")
+    page.wait_for_url(re.compile(r"/jobs/alpha-(?!" + re.escape(ids["alpha"][6:]) + r")[^/]+$"))
+    again = page.url.rsplit("/", 1)[1]
+    assert again != ids["alpha"] and again.startswith("alpha-"), again
+    expect(page.locator(".job-title")).to_have_text("alpha")
+    wait_for_state(again, lambda s: s["state"] == "succeeded", 60, "the second alpha to end")
+    expect(page.locator(".job-state .state")).to_have_text("succeeded")
+
+
+def test_log_pages_go_back_to_older_lines_and_filter_by_task(ui, page, write_job, run_shoal,
+                                                             jobs_dir):
+    job = write_job("""
+        name: chatty
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "for i in $(seq 1 300); do echo line $i of $SHOAL_INDEX; done"]
+            resources: {cpus: 0.25}
+        """)
+    r = run_shoal("run", job, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    page.goto(f"{ui}jobs/{job_dir.name}")
+    lines = page.locator("#logs .log-line")
+    expect(lines).to_have_count(200)
+    expect(page.locator(".log-follow")).not_to_be_checked()  # the job is over
+    page.click("button.log-older")
+    expect(lines).to_have_count(400)
+    page.click("button.log-older")
+    expect(lines).to_have_count(600)
+    expect(page.locator("button.log-older")).to_be_disabled()
+    expect(page.locator(".log-status")).to_have_text("600 lines")
+    # In file order, without a line twice.
+    offsets = lines.evaluate_all("ls => ls.map(l => Number(l.dataset.offset))")
+    assert offsets == sorted(set(offsets)), "the pages overlap or are out of order"
+
+    # One task: its lines only, the older ones on request.
+    page.select_option("select.log-task", "worker:1")
+    expect(lines).to_have_count(200)
+    texts = page.locator("#logs .log-text").all_text_contents()
+    assert texts == [f"line {i} of 1" for i in range(101, 301)], texts[:3]
+    page.click("button.log-older")
+    expect(lines).to_have_count(300)
+    expect(page.locator("#logs .log-text").first).to_have_text("line 1 of 1")
+    expect(page.locator("button.log-older")).to_be_disabled()
+
 
 def test_list_to_job_follows_logs_while_it_prints_and_kills_it(ui, page, write_job, detach_job,
                                                               wait_for_state, shoal_status):
@@ -248,6 +312,9 @@ def test_timeline_shows_a_restart_after_a_task_is_killed(ui, page, write_job, de
     page.click("#timeline details.events summary")
     expect(page.locator("#timeline tr.event-failure")).to_contain_text("signal")
     expect(page.locator("tr[data-task='worker:1'] td").nth(5)).to_have_text("1")
+    # The logs of worker:1 alone: both attempts.
+    page.select_option("select.log-task", "worker:1")
+    expect(page.locator("#logs .log-text")).to_have_text(["attempt 0", "attempt 1"])
     screenshot(page, "job-restart")
 
     r = run_shoal("kill", job_id, timeout=60)

@@ -124,6 +124,7 @@ export class LogPanel {
       this.view.scrollTop = this.view.scrollHeight - fromBottom;
       this.olderOffset = page.start_offset;
       this.moreBefore = page.more_before;
+      if (!this.source && !this.ended) this.status.textContent = `${this.count} lines`;
     } catch (e) {
       reportError("logs", e);
     }
