@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
+import framework_examples as fx
 import shoal_e2e as e2e
 
 CHROMIUM = "/usr/bin/chromium"
@@ -545,3 +546,43 @@ def test_models_page_shows_each_servers_models_and_their_statistics(start_shoal,
     expect(unreachable.locator("h2 .state")).to_have_text("not-ready")
     expect(unreachable.locator(".server-error")).not_to_be_empty()
     screenshot(page, "models")
+
+
+def test_tensorboard_button_links_to_a_tensorboard_that_stops_with_the_ui(start_shoal, page,
+                                                                         write_job, run_shoal,
+                                                                         jobs_dir):
+    fx.require_venv("tensorboard")
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    client, url = start_ui(start_shoal)
+    job = write_job("""
+        name: boarded
+        tensorboard: {}
+        roles:
+          worker:
+            command: ["/bin/sh", "-c", "mkdir -p $SHOAL_TENSORBOARD_LOGDIR/run"]
+            resources: {cpus: 0.25}
+        """)
+    r = run_shoal("run", job, timeout=120)
+    assert r.returncode == 0, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    page.goto(f"{url}jobs/{job_dir.name}")
+    page.click("button.tensorboard")
+    link = page.locator("a.tensorboard-link")
+    expect(link).to_have_attribute("href", re.compile(r"^http://127\.0\.0\.1:\d+/$"), timeout=60000)
+    board = link.get_attribute("href")
+    assert http("GET", board)[0] == 200
+    # Stopping the dashboard stops the TensorBoard it started.
+    client.proc.send_signal(signal.SIGTERM)
+    try:
+        rc = client.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("shoal ui did not stop within 30 s of SIGTERM (waiting for its TensorBoard?)")
+    assert rc == 0, client.stderr()
+
+    def refused():
+        try:
+            urllib.request.urlopen(board, timeout=2)
+            return False
+        except (urllib.error.URLError, ConnectionError):
+            return True
+    e2e.wait_until(refused, 10, "TensorBoard to stop with shoal ui")
