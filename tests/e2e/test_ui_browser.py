@@ -279,7 +279,7 @@ def test_list_to_job_follows_logs_while_it_prints_and_kills_it(ui, page, write_j
 
 
 def test_timeline_shows_a_restart_after_a_task_is_killed(ui, page, write_job, detach_job,
-                                                         wait_for_state, run_shoal):
+                                                         wait_for_state, run_shoal, jobs_dir):
     job = write_job("""
         name: restarter
         on_failure: restart-task
@@ -296,6 +296,10 @@ def test_timeline_shows_a_restart_after_a_task_is_killed(ui, page, write_job, de
     status = wait_for_state(job_id, lambda s: s["state"] == "running" and all(
         t["state"] == "running" and t.get("pid") for t in s["tasks"]), 60, "both tasks to run")
     victim = next(t for t in status["tasks"] if t["task"] == "worker:1")
+    # Once it has printed, so that both attempts have a line in the log.
+    logs = jobs_dir / job_id / "logs.txt"
+    e2e.wait_until(lambda: logs.exists() and "worker:1 | attempt 0" in logs.read_text(), 30,
+                   "worker:1 to print its first line")
     assert e2e.kill_task(victim["pid"], job_id), f"worker:1 (pid {victim['pid']}) is gone"
     wait_for_state(job_id, lambda s: any(t["task"] == "worker:1" and t["restarts"] == 1 and
                                          t["state"] == "running" for t in s["tasks"]),

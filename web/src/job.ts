@@ -178,11 +178,21 @@ export function jobPage(app: HTMLElement, id: string): () => void {
     }
   }
 
+  // The timeline is drawn to the page's width: again when the window changes.
+  let lastTimeline: Timeline | null = null;
+  let resizeTimer: number | undefined;
+  const onResize = () => {
+    window.clearTimeout(resizeTimer);
+    resizeTimer = window.setTimeout(() => { if (lastTimeline) renderTimeline(timelineBox, lastTimeline); }, 150);
+  };
+  window.addEventListener("resize", onResize);
+
   async function loadTimeline(): Promise<void> {
     try {
       const timeline = await getJson<Timeline>(jobPath(id, "timeline"));
       if (stopped) return;
       clearError("timeline");
+      lastTimeline = timeline;
       renderTimeline(timelineBox, timeline);
     } catch (e) {
       if (stopped) return;
@@ -227,6 +237,8 @@ export function jobPage(app: HTMLElement, id: string): () => void {
   return () => {
     stopped = true;
     window.clearTimeout(timer);
+    window.clearTimeout(resizeTimer);
+    window.removeEventListener("resize", onResize);
     logs.stop();
     charts.stop();
   };

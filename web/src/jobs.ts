@@ -66,6 +66,7 @@ export function jobsPage(app: HTMLElement): () => void {
   let debounce: number | undefined;
   let generation = 0;  // answers to older requests are dropped
   let stopped = false;
+  let lastText = "";
 
   const stateButtons = h("div", {class: "state-filters", role: "group", "aria-label": "filter by state"});
   const search = h("input", {type: "search", placeholder: "filter by id, name or reason",
@@ -191,9 +192,14 @@ export function jobsPage(app: HTMLElement): () => void {
         changed();
         return;
       }
-      renderStates(list.states);
-      renderRows(list);
-      renderPager(list);
+      // Unchanged (a finished history): leave the page alone, and any text the reader selected.
+      const text = JSON.stringify([filters, list]);
+      if (text !== lastText) {
+        lastText = text;
+        renderStates(list.states);
+        renderRows(list);
+        renderPager(list);
+      }
       summary.textContent = `${list.total} job${list.total === 1 ? "" : "s"}`;
     } catch (e) {
       if (stopped || mine !== generation) return;
