@@ -389,17 +389,33 @@ def test_resource_charts_of_a_running_job(ui, page, write_job, detach_job, wait_
         name: busy
         roles:
           worker:
-            command: ["/usr/bin/python3", "-c", "import time\\nend = time.time() + 30\\nwhile time.time() < end: pass"]
-            resources: {cpus: 0.5}
+            command: ["/usr/bin/python3", "-c", "import time\\ntime.sleep(30)"]
+            resources: {cpus: 0.25}
         """)
     job_id = detach_job(job)
     wait_for_state(job_id, lambda s: s["state"] == "running", 60, "the job to run")
     page.goto(f"{ui}jobs/{job_id}")
     try:
-        expect(page.locator("#charts [data-chart=cpu] canvas")).to_have_count(1, timeout=20000)
+        # The agents sample every few seconds.
+        expect(page.locator("#charts [data-chart=cpu] canvas")).to_have_count(1, timeout=15000)
         expect(page.locator("#charts [data-chart=memory] canvas")).to_have_count(1)
     finally:
         run_shoal("kill", job_id, timeout=60)
+
+
+def test_an_unknown_job_or_page_says_so(ui, page):
+    page.goto(f"{ui}jobs/no-such-job")
+    expect(page.locator("#banner")).to_contain_text("no job 'no-such-job'")
+    page.goto(f"{ui}no/such/page")
+    # The server answers 404 for a path that is none of the app's pages.
+    expect(page.locator("body")).to_contain_text("no page /no/such/page")
+    page.goto(ui)
+    expect(page.locator("td.empty")).to_contain_text("No jobs yet")
+    page.click("header nav a[href='/models']")
+    assert page.url == f"{ui}models"
+    expect(page.locator(".models")).to_contain_text("--serve")
+    page.go_back()
+    expect(page.locator("td.empty")).to_contain_text("No jobs yet")
 
 
 def test_task_output_is_shown_as_text_and_runs_nothing(ui, page, write_job, detach_job,
