@@ -99,21 +99,6 @@ bool IsJobOver(const std::string& job_dir) {
   return !(master && master->alive) && status.has_value();
 }
 
-// What a child of `shoal ui` starts with: an empty signal mask and default dispositions. The UI
-// blocks SIGINT and SIGTERM (it waits for them with sigwait) and ignores SIGPIPE, and a spawned
-// child would inherit both: a TensorBoard with SIGTERM blocked never stops, and the UI, waiting
-// for it on its way out, never ends either.
-void ResetSignalsForChild(posix_spawnattr_t* attr, short flags) {
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(attr, &none);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGQUIT}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigdefault(attr, &defaults);
-  posix_spawnattr_setflags(attr, static_cast<short>(flags | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
-}
-
 // Runs argv to its end (at most `timeout`), returning its stdout and exit code; stderr goes to
 // `stderr_path`.
 struct ChildResult {
@@ -134,13 +119,9 @@ absl::StatusOr<ChildResult> RunChild(const std::vector<std::string>& argv, const
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  ResetSignalsForChild(&attr, 0);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
+  int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
   ::close(pipe_fds[1]);
   if (rc != 0) {
     ::close(pipe_fds[0]);
@@ -246,16 +227,7 @@ void UiRoutes::StopChildren() {
   for (auto& [job, child] : tensorboards_) {
     ::kill(-child.first, SIGTERM);
     ::kill(child.first, SIGTERM);
-    // One that does not stop within 10 s is killed: the UI's exit never waits on it for ever.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (::waitpid(child.first, nullptr, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(-child.first, SIGKILL);
-        ::waitpid(child.first, nullptr, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    ::waitpid(child.first, nullptr, 0);
   }
   tensorboards_.clear();
 }
@@ -597,7 +569,7 @@ UiReply UiRoutes::TensorBoard(const std::string& dir, const std::string& job_id)
   posix_spawn_file_actions_adddup2(&actions, 1, 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
-  ResetSignalsForChild(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
   std::vector<std::string> argv = {options_.shoal_binary, "--jobs-dir", options_.jobs_root,
                                    "tensorboard", job_id};
