@@ -380,25 +380,36 @@ def test_resource_charts_are_drawn_from_the_samples(ui, page, write_job, run_sho
     screenshot(page, "job-charts")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs the agents' resource samples (tasks/<role>-<index>/resources.jsonl written while a "
-    "job runs; another branch of issue 26): remove this mark when they land"))
 def test_resource_charts_of_a_running_job(ui, page, write_job, detach_job, wait_for_state,
                                           run_shoal):
+    """The agents' own samples (every 2 s, tasks/<role>-<index>/resources.jsonl) drawn while
+    the job runs: a task holding 64 MB shows on the memory chart, and the charts grow."""
     job = write_job("""
         name: busy
         roles:
           worker:
-            command: ["/usr/bin/python3", "-c", "import time\\ntime.sleep(30)"]
+            command: ["/usr/bin/python3", "-c", "import time\\nheld = bytearray(64 << 20)\\ntime.sleep(60)"]
             resources: {cpus: 0.25}
         """)
     job_id = detach_job(job)
     wait_for_state(job_id, lambda s: s["state"] == "running", 60, "the job to run")
     page.goto(f"{ui}jobs/{job_id}")
     try:
-        # The agents sample every few seconds.
-        expect(page.locator("#charts [data-chart=cpu] canvas")).to_have_count(1, timeout=15000)
-        expect(page.locator("#charts [data-chart=memory] canvas")).to_have_count(1)
+        cpu = page.locator("#charts [data-chart=cpu]")
+        memory = page.locator("#charts [data-chart=memory]")
+        expect(cpu.locator("canvas")).to_have_count(1, timeout=15000)
+        expect(memory.locator("canvas")).to_have_count(1)
+        points = lambda chart: int(chart.get_attribute("data-points") or 0)
+        first = points(memory)
+        e2e.wait_until(lambda: points(memory) >= max(first + 1, 2), 15,
+                       "a new sample on the memory chart (the page refreshes itself)", interval=0.2)
+        # Pointing at the chart, its legend gives the task's memory: the 64 MB it holds, and more.
+        box = memory.locator(".u-over").bounding_box()
+        page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+        value = memory.locator(".u-legend .u-series").nth(1).locator(".u-value")
+        expect(value).to_have_text(re.compile(r"^\d+ MiB$"))
+        assert int(value.inner_text().split()[0]) >= 64, value.inner_text()
+        screenshot(page, "job-running-charts")
     finally:
         run_shoal("kill", job_id, timeout=60)
 
