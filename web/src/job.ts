@@ -158,7 +158,8 @@ export function jobPage(app: HTMLElement, id: string): () => void {
             h("td", {class: "nowrap"}, exitOf(t)),
             h("td", {class: "num"}, String(t.restarts ?? 0)),
             h("td", {class: "num"}, t.step !== undefined && t.step !== null ? String(t.step) : ""),
-            h("td", {class: "num"}, fmtNumber(t.steps_per_second, 2)),
+            // Blank for a task that reports no steps (no training SDK), rather than 0.00.
+            h("td", {class: "num"}, t.step || t.steps_per_second ? fmtNumber(t.steps_per_second, 2) : ""),
             h("td", {class: "reason"}, t.reason || ""))));
     }
     logs.setTasks(tasks.map((t) => t.task), !TERMINAL_STATES.has(d.state));
