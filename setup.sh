@@ -110,6 +110,7 @@ if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv paddle examples/paddle/requirements.txt
   make_venv tensorflow examples/tensorflow/requirements.txt
   make_venv horovod examples/horovod/requirements.txt --system-site-packages
+  make_venv browser tests/ui/requirements.txt --system-site-packages  # Playwright, for tests/e2e/test_ui_browser.py
 fi
 
 # The Python training SDK (import shoal; sdk/python, distribution shoal-sdk) installed as a

@@ -39,6 +39,11 @@ constexpr char kContentSecurityPolicy[] =
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 
+// No referrer leaves for another site (a TensorBoard link, say). Not "no-referrer": under it a
+// browser sends `Origin: null` with the page's own POSTs (the login form, fetch), which the
+// cross-site check must refuse.
+constexpr char kReferrerPolicy[] = "same-origin";
+
 // Boost 1.74's string_view is neither std's nor Debian abseil's.
 absl::string_view Std(beast::string_view view) { return {view.data(), view.size()}; }
 
@@ -138,7 +143,8 @@ struct UiServer::Impl {
                                    "\r\nContent-Type: ", reply.content_type,
                                    "\r\nContent-Length: ", reply.body.size(),
                                    "\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: ",
-                                   kContentSecurityPolicy, "\r\nReferrer-Policy: no-referrer\r\n");
+                                   kContentSecurityPolicy, "\r\nReferrer-Policy: ", kReferrerPolicy,
+                                   "\r\n");
     for (const auto& [name, value] : reply.headers) absl::StrAppend(&out, name, ": ", value, "\r\n");
     if (!keep_alive) out += "Connection: close\r\n";
     out += "\r\n";
