@@ -13,7 +13,9 @@ repo=$(pwd)
 # Maven (the YARN backend's test cluster, tests/yarn/cluster.sh), and clang with its libFuzzer
 # and sanitizer runtimes (the fuzz targets, fuzz/run.sh), and ccache (the sanitizer and fuzz
 # builds, sanitize/run.sh), and containerd, runc, the CNI plugins, busybox and patchelf (the
-# Kubernetes backend's test cluster and agent image, tests/kubernetes/cluster.sh).
+# Kubernetes backend's test cluster and agent image, tests/kubernetes/cluster.sh), and Prometheus
+# and Chromium (the dashboard's tests: a real scrape, and the pages in a real browser driven
+# headless by Playwright, which downloads no browser of its own).
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
@@ -23,7 +25,7 @@ packages=(
   python3-packaging libtorch-dev libgloo-dev
   python3 python3-torch python3-sklearn python3-numpy python3-pytest python3-venv
   python3-grpcio python3-grpc-tools
-  openmpi-bin python3-mpi4py hyperfine procps iproute2 prometheus
+  openmpi-bin python3-mpi4py hyperfine procps iproute2 prometheus chromium
   python3-fastapi python3-uvicorn gunicorn python3-uvloop python3-httptools
   munge slurm-wlm
   openjdk-17-jdk-headless maven curl
