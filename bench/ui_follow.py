@@ -8,9 +8,12 @@ Latency = arrival - print, on one machine's clock. Two phases, one job each:
     CPU (from /proc/<pid>/stat) while it follows, as % of one core and CPU-ms per 1,000
     lines, next to the master's own CPU for the same lines (the anchor that every line
     already costs), and the latency under that load.
+With --browser (Playwright: run with /var/cache/shoal/venvs/browser/bin/python) the latency
+phase is also read in Debian's chromium: the job page follows the log, and a MutationObserver
+stamps each line as it enters the page.
 Target: p99 <= 250 ms.
 
-Usage: bench/ui_follow.py [--seconds 20] [--rate 20] [--flood 10000] [--shoal PATH]
+Usage: bench/ui_follow.py [--seconds 20] [--rate 20] [--flood 10000] [--browser] [--shoal PATH]
 """
 
 import argparse
@@ -91,7 +94,46 @@ def follow(port, job_id, arrivals, stop):
     s.close()
 
 
-def run_phase(shoal, root, rate, seconds):
+OBSERVER = """() => {
+  window.__arrivals = [];
+  const seen = new Set();
+  new MutationObserver(() => {
+    const now = Date.now() / 1000;
+    for (const el of document.querySelectorAll('.log-line')) {
+      if (seen.has(el)) continue;
+      seen.add(el);
+      window.__arrivals.push([now, el.textContent]);
+    }
+  }).observe(document.body, {childList: true, subtree: true});
+}"""
+
+
+def browser_follow(port, job_id, seconds):
+    """(arrival_s, text) of each line as it entered the job page in chromium."""
+    from playwright.sync_api import sync_playwright  # the browser venv's
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"http://127.0.0.1:{port}/jobs/{job_id}")
+        page.evaluate(OBSERVER)
+        time.sleep(seconds + 3)
+        arrivals = page.evaluate("window.__arrivals")
+        browser.close()
+    return [(a, t) for a, t in arrivals]
+
+
+def latencies_of(arrivals, started_s):
+    out = []
+    for arrival, text in arrivals:
+        at = text.find("t=")
+        if at >= 0:
+            printed = float(text[at + 2:].split()[0])
+            if printed >= started_s:  # lines printed before the page was watching are history
+                out.append((arrival - printed) * 1000.0)
+    return out
+
+
+def run_phase(shoal, root, rate, seconds, browser=False):
     script = root / f"printer_{int(rate)}.py"
     script.write_text(PRINTER)
     job = root / f"print_{int(rate)}.yaml"
@@ -108,6 +150,14 @@ def run_phase(shoal, root, rate, seconds):
         reader = threading.Thread(target=follow, args=(port, job_id, arrivals, stop))
         ui0, m0, w0 = cpu_ticks(ui.pid), cpu_ticks(master_pid), time.time()
         reader.start()
+        browser_result = None
+        if browser:
+            try:
+                watching = time.time() + 1.5  # the page's load, then its follow stream
+                b = latencies_of(browser_follow(port, job_id, seconds), watching)
+                browser_result = {"lines_seen": len(b), "latency": c.summary_ms(b)}
+            except Exception as e:  # noqa: BLE001 - reported, not raised
+                browser_result = {"error": f"{type(e).__name__}: {e}"}
         reader.join(timeout=seconds + 120)
         stop.set()
         ui_ms = (cpu_ticks(ui.pid) - ui0) * 1000.0 / CLK_TCK
@@ -124,12 +174,15 @@ def run_phase(shoal, root, rate, seconds):
         if text.startswith("t="):
             latencies.append((arrival - float(text.split()[0][2:])) * 1000.0)
     n = len(latencies)
-    return {"rate_lines_per_s": rate, "lines_received": n, "wall_s": round(wall, 2),
+    result = {"rate_lines_per_s": rate, "lines_received": n, "wall_s": round(wall, 2),
             "latency": c.summary_ms(latencies),
             "ui_server_cpu_ms": round(ui_ms, 1),
             "ui_server_cpu_percent_of_core": round(100.0 * ui_ms / 1000.0 / wall, 2) if wall else None,
             "ui_server_cpu_ms_per_1000_lines": round(1000.0 * ui_ms / n, 3) if n else None,
             "master_cpu_ms_per_1000_lines": round(1000.0 * master_ms / n, 3) if n and master_ms is not None else None}
+    if browser_result is not None:
+        result["in_chromium"] = browser_result
+    return result
 
 
 def main():
@@ -137,6 +190,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rate", type=float, default=20)
     ap.add_argument("--flood", type=float, default=10_000)
+    ap.add_argument("--browser", action="store_true")
     c.add_shoal_arg(ap)
     args = ap.parse_args()
     shoal, why = c.find_shoal(args.shoal)
@@ -148,7 +202,7 @@ def main():
     with c.temp_dir("shoal-ui-follow-") as root:
         (root / "jobs").mkdir()
         c.log(f"ui_follow: {args.rate:g} lines/s for {args.seconds:g} s")
-        result["latency_phase"] = run_phase(shoal, root, args.rate, args.seconds)
+        result["latency_phase"] = run_phase(shoal, root, args.rate, args.seconds, args.browser)
         c.log(f"ui_follow: {args.flood:g} lines/s for {args.seconds:g} s")
         result["load_phase"] = run_phase(shoal, root, args.flood, args.seconds)
     c.emit(result)
