@@ -13,7 +13,7 @@ generated job:
 The training window is read from the job's own output as the client prints it: from rank 0's
 `epoch 1/E` line (the first epoch is train.py's warmup too) to its `epoch E/E` line, i.e. the
 steps train.py averages its mean_step_ms over. The lines reach the client up to the agent's
-output batching (SHOAL_AGENT_LOG_FLUSH_MS, 250 ms) late, alike at both ends, so the window's
+output batching (SHOAL_AGENT_LOG_FLUSH_MS, 200 ms) late, alike at both ends, so the window's
 length is known to about 0.25 s: ~1 % of the ~20 s windows of the defaults (a run whose window
 is under 5 s says so in `warning`). At each end the driver reads
 /proc/<pid>/stat of every process of the job once (nothing is sampled in between, so nothing
