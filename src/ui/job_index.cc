@@ -142,7 +142,7 @@ void JobIndex::LoadBackend(Entry& entry) {
 void JobIndex::Refresh() {
   std::map<std::string, Entry> fresh;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     fresh.swap(entries_);
   }
   std::map<std::string, Entry> next;
@@ -181,7 +181,7 @@ void JobIndex::Refresh() {
       entry.status_size = -1;  // read it again next time, in case the master comes back
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   entries_.swap(next);
   refreshed_at_ms_ = now_unix_ms_();
 }
@@ -189,7 +189,7 @@ void JobIndex::Refresh() {
 JobPage JobIndex::Query(const JobQuery& query, int64_t max_age_ms) {
   bool stale;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stale = refreshed_at_ms_ < 0 || now_unix_ms_() - refreshed_at_ms_ >= max_age_ms;
   }
   if (stale) Refresh();
@@ -198,7 +198,7 @@ JobPage JobIndex::Query(const JobQuery& query, int64_t max_age_ms) {
   std::set<std::string> wanted(query.states.begin(), query.states.end());
   JobPage page;
   std::vector<Entry*> rows;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   rows.reserve(entries_.size());
   for (auto& [name, entry] : entries_) {
     const JobSummary& job = entry.summary;

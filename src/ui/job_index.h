@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace simdjson::dom {
 class parser;
@@ -83,7 +84,7 @@ class JobIndex {
   const std::string root_;
   std::function<int64_t()> now_unix_ms_;
   std::function<bool(const std::string&)> master_alive_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);  // by directory name
   int64_t refreshed_at_ms_ ABSL_GUARDED_BY(mu_) = -1;
 };

@@ -542,7 +542,7 @@ std::vector<JobMetricFacts> JobMetricsCache::Read(const std::vector<std::string>
                                                   int64_t now_unix_ms) {
   std::vector<JobMetricFacts> out;
   out.reserve(job_dirs.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::map<std::string, Entry> kept;
   size_t parsed = 0;
   for (const auto& dir : job_dirs) {
@@ -579,7 +579,7 @@ std::vector<JobMetricFacts> JobMetricsCache::Read(const std::vector<std::string>
 }
 
 size_t JobMetricsCache::journals_read_last() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return journals_read_last_;
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace shoal::ui {
 
@@ -115,7 +116,7 @@ class JobMetricsCache {
     JobMetricFacts journal;  // what events.jsonl alone says
     JobMetricFacts facts;    // with the rest of the directory, as last returned
   };
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   size_t journals_read_last_ ABSL_GUARDED_BY(mu_) = 0;
 };

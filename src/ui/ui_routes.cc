@@ -247,7 +247,7 @@ UiRoutes::UiRoutes(Options options)
 UiRoutes::~UiRoutes() { StopChildren(); }
 
 void UiRoutes::StopChildren() {
-  std::lock_guard<std::mutex> lock(children_mu_);
+  absl::MutexLock lock(&children_mu_);
   for (auto& [job, child] : tensorboards_) ::kill(-child.first, SIGTERM);
   // TensorBoard stops within a second of SIGTERM; one that does not is killed.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -403,7 +403,7 @@ UiReply UiRoutes::JobDetail(const std::string& dir) {
   }
   status["checkpoints"] = std::move(checkpoints);
   {
-    std::lock_guard<std::mutex> lock(children_mu_);
+    absl::MutexLock lock(&children_mu_);
     auto it = tensorboards_.find(std::filesystem::path(dir).filename().string());
     status["tensorboard"] = it == tensorboards_.end() ? json() : json{{"url", it->second.second}};
   }
@@ -586,7 +586,7 @@ UiReply UiRoutes::Rerun(const std::string& dir) {
 
 UiReply UiRoutes::TensorBoard(const std::string& dir, const std::string& job_id) {
   {
-    std::lock_guard<std::mutex> lock(children_mu_);
+    absl::MutexLock lock(&children_mu_);
     if (auto it = tensorboards_.find(job_id); it != tensorboards_.end()) {
       if (::waitpid(it->second.first, nullptr, WNOHANG) == 0) {
         return Json({{"url", it->second.second}});
@@ -618,7 +618,7 @@ UiReply UiRoutes::TensorBoard(const std::string& dir, const std::string& job_id)
     if (size_t at = out.find("http://"); at != std::string::npos) {
       size_t end = out.find_first_of(" \n", at);
       std::string url = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
-      std::lock_guard<std::mutex> lock(children_mu_);
+      absl::MutexLock lock(&children_mu_);
       tensorboards_[job_id] = {pid, url};
       return Json({{"url", url}});
     }
@@ -667,7 +667,7 @@ UiReply UiRoutes::Models() {
     std::map<std::string, double> previous;
     int64_t previous_ms = 0;
     {
-      std::lock_guard<std::mutex> lock(models_mu_);
+      absl::MutexLock lock(&models_mu_);
       if (auto it = last_scrape_.find(url); it != last_scrape_.end()) {
         previous_ms = it->second.first;
         previous = it->second.second;

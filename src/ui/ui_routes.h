@@ -10,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "ui/job_index.h"
 #include "ui/job_metrics.h"
 
@@ -76,11 +78,13 @@ class UiRoutes {
   JobIndex index_;
   // Each scrape reads only the journals that changed since the last one.
   JobMetricsCache metrics_cache_;
-  std::mutex children_mu_;
-  std::map<std::string, std::pair<int, std::string>> tensorboards_;  // job id -> (pid, url)
+  absl::Mutex children_mu_;
+  // job id -> (pid, url)
+  std::map<std::string, std::pair<int, std::string>> tensorboards_ ABSL_GUARDED_BY(children_mu_);
   // The last scrape of each serve URL, for request rates: url -> (unix ms, model -> count).
-  std::mutex models_mu_;
-  std::map<std::string, std::pair<int64_t, std::map<std::string, double>>> last_scrape_;
+  absl::Mutex models_mu_;
+  std::map<std::string, std::pair<int64_t, std::map<std::string, double>>> last_scrape_
+      ABSL_GUARDED_BY(models_mu_);
 };
 
 }  // namespace shoal::ui
