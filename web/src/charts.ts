@@ -160,7 +160,8 @@ class Chart {
 export class ResourceCharts {
   private readonly charts = new Map<string, Chart>();
   private readonly grid = h("div", {class: "chart-grid"});
-  private readonly empty = h("p", {class: "muted no-samples"}, "No samples yet.");
+  private readonly empty = h("p", {class: "muted no-samples"},
+      "No resource samples: the agents take one every 2 s while a task runs.");
   private stopped = false;
   private readonly onResize = () => {
     const width = this.chartWidth();

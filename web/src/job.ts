@@ -17,6 +17,8 @@ const SIGNALS: Record<number, string> = {
 
 function exitOf(t: TaskStatus): string {
   if (t.signal) return `signal ${t.signal}${SIGNALS[t.signal] ? ` (${SIGNALS[t.signal]})` : ""}`;
+  // A negative code: the task's end was never reported (its agent or place was lost).
+  if ((t.exit_code ?? 0) < 0) return "no exit seen";
   if (TERMINAL_STATES.has(t.state) || t.exit_code) return `exit ${t.exit_code ?? 0}`;
   return "";
 }
