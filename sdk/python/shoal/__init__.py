@@ -1,4 +1,5 @@
-"""Shoal's training SDK: progress reports, crash-safe checkpoints and leased data shards.
+"""Shoal's training SDK: progress reports, crash-safe checkpoints, leased data shards, and
+publishing trained models for `shoal serve` (`shoal.publish_model`).
 
     import shoal
 
@@ -28,10 +29,11 @@ from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, WebHd
                          checkpoint_step)
 from .data import LeaseReply, Shard, lease, shards
 from .errors import (AgentError, AgentTimeout, AgentUnavailable, LeaseLost, ShoalError)
+from .publish import PublishError, publish_model
 from .reports import checkpointed, progress, resumed
 
 __all__ = [
     "AgentError", "AgentTimeout", "AgentUnavailable", "CheckpointStorage", "Checkpointer",
-    "LeaseLost", "LeaseReply", "LocalDirStorage", "WebHdfsStorage", "Shard", "ShoalError", "checkpoint_name",
-    "checkpoint_step", "checkpointed", "env", "lease", "progress", "resumed", "shards",
+    "LeaseLost", "LeaseReply", "LocalDirStorage", "PublishError", "WebHdfsStorage", "Shard", "ShoalError", "checkpoint_name",
+    "checkpoint_step", "checkpointed", "env", "lease", "progress", "publish_model", "resumed", "shards",
 ]

@@ -1,0 +1,282 @@
+"""Publishing a trained model into a model repository that `shoal serve` watches.
+
+    version = shoal.publish_model(model, "digits", example_inputs=torch.zeros(1, 64))
+
+writes `<repository>/digits/<version>/model.pt` and returns the new version's number. The
+repository is `repository=`, else $SHOAL_MODEL_REPOSITORY. The layout is the one
+docs/serving.md describes: `<model>/config.yaml` (optional) and `<model>/<n>/model.pt`.
+
+Guarantees (docs/sdk.md, "Publishing models"):
+
+- **Atomic**: the version is written into a hidden directory of the model
+  (`.incoming-<pid>-<random>`, which the server ignores), its file and the directory fsync'd, then
+  renamed to its number in one step: a server, or anyone listing the repository, sees no version
+  or the whole version, never part of it. A publisher killed mid-write leaves only a hidden
+  directory, removed by the next publication of that model once its writer is gone.
+- **Unique numbers**: publishers of one model take `<model>/.publish.lock` (flock) while they
+  choose the number and rename; the rename itself refuses an existing version, so two publishers
+  (processes, tasks on one machine, or machines sharing a POSIX file system with working locks)
+  never get the same number and never overwrite a version.
+
+Test hook: SHOAL_TEST_PUBLISH_WRITE_DELAY_S (float seconds) makes a publication sleep after
+writing half of model.pt, so that a test can kill it mid-write. Not for production.
+"""
+
+import errno
+import fcntl
+import io
+import os
+import re
+import secrets
+import time
+from typing import Any, Dict, Optional
+
+from .errors import ShoalError
+
+REPOSITORY_ENV = "SHOAL_MODEL_REPOSITORY"
+WRITE_DELAY_ENV = "SHOAL_TEST_PUBLISH_WRITE_DELAY_S"
+INCOMING_PREFIX = ".incoming-"
+LOCK_NAME = ".publish.lock"
+
+_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
+_VERSION_RE = re.compile(r"^[1-9][0-9]*$")
+
+# torch dtype name -> the server's datatype (docs/serving.md, config.yaml).
+_DATATYPES = {
+    "torch.bool": "BOOL", "torch.uint8": "UINT8", "torch.int8": "INT8", "torch.int16": "INT16",
+    "torch.int32": "INT32", "torch.int64": "INT64", "torch.float32": "FP32",
+    "torch.float64": "FP64",
+}
+
+
+class PublishError(ShoalError):
+    """The model could not be published: a bad argument (named), or the repository refused."""
+
+
+def versions(repository: str, name: str):
+    """The published version numbers of model `name`, ascending."""
+    try:
+        entries = os.listdir(os.path.join(repository, name))
+    except FileNotFoundError:
+        return []
+    return sorted(int(e) for e in entries if _VERSION_RE.match(e))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: str, data: bytes, delay_half: bool = False) -> None:
+    with open(path, "wb") as f:
+        half = len(data) // 2 if delay_half else len(data)
+        f.write(data[:half])
+        if delay_half:
+            f.flush()
+            time.sleep(float(os.environ[WRITE_DELAY_ENV]))
+        f.write(data[half:])
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    tmp = os.path.join(os.path.dirname(path), f".tmp-{os.path.basename(path)}.{os.getpid()}."
+                       f"{secrets.token_hex(4)}")
+    _write_file(tmp, data)
+    os.rename(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_abandoned(model_dir: str) -> None:
+    """Removes the hidden directories of publications whose writer is gone."""
+    import shutil
+    for entry in os.listdir(model_dir):
+        if not entry.startswith(INCOMING_PREFIX):
+            continue
+        try:
+            pid = int(entry[len(INCOMING_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(os.path.join(model_dir, entry), ignore_errors=True)
+
+
+def _model_bytes(model, example_inputs):
+    """(TorchScript archive bytes, the scripted module or None) of what was given."""
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise PublishError(f"publish_model: cannot read the model file {path}: "
+                               f"{e.strerror}") from e
+        if not data.startswith(b"PK"):
+            raise PublishError(f"publish_model: {path} is not a TorchScript archive "
+                               "(save one with torch.jit.script(module).save(path))")
+        module = None
+        if example_inputs is not None:
+            import torch
+            module = torch.jit.load(io.BytesIO(data))
+        return data, module
+    try:
+        import torch
+    except ImportError as e:
+        raise PublishError("publish_model: a module needs torch; pass the path of a saved "
+                           "TorchScript file instead") from e
+    if isinstance(model, torch.jit.ScriptModule):
+        module = model
+    elif isinstance(model, torch.nn.Module):
+        try:
+            module = torch.jit.script(model)
+        except Exception as script_error:  # noqa: BLE001 - fall back to tracing, or say why
+            if example_inputs is None:
+                raise PublishError(
+                    f"publish_model: torch.jit.script failed for {type(model).__name__} "
+                    f"({script_error}); pass example_inputs= to trace it instead") from script_error
+            inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+            module = torch.jit.trace(model, inputs)
+    else:
+        raise PublishError(f"publish_model: model must be a TorchScript module, an nn.Module or "
+                           f"the path of a saved TorchScript file, not {type(model).__name__}")
+    buffer = io.BytesIO()
+    torch.jit.save(module, buffer)
+    return buffer.getvalue(), module
+
+
+def _signature(module, example_inputs, max_batch_size: int) -> Dict[str, Any]:
+    """inputs/outputs for config.yaml, from a real call of the module on example_inputs."""
+    import torch
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    arguments = [a.name for a in module.forward.schema.arguments[1:]]
+    with torch.no_grad():
+        result = module(*inputs)
+
+    def describe(name, tensor):
+        if not isinstance(tensor, torch.Tensor):
+            raise PublishError(f"publish_model: {name} is a {type(tensor).__name__}, not a tensor")
+        datatype = _DATATYPES.get(str(tensor.dtype))
+        if datatype is None:
+            raise PublishError(f"publish_model: {name} has dtype {tensor.dtype}, which shoal "
+                               f"serve does not take ({', '.join(sorted(_DATATYPES.values()))})")
+        dims = list(tensor.shape[1:] if max_batch_size >= 1 else tensor.shape)
+        return {"name": name, "datatype": datatype, "dims": [int(d) for d in dims]}
+
+    signature = {"inputs": [describe(arguments[i] if i < len(arguments) else f"input_{i}", t)
+                            for i, t in enumerate(inputs)]}
+    if isinstance(result, torch.Tensor):
+        signature["outputs"] = [describe("output", result)]
+    elif isinstance(result, dict):
+        signature["outputs"] = [describe(str(k), v) for k, v in result.items()]
+    elif isinstance(result, (tuple, list)):
+        signature["outputs"] = [describe(f"output_{i}", v) for i, v in enumerate(result)]
+    else:
+        raise PublishError(f"publish_model: forward returned a {type(result).__name__}; shoal "
+                           "serve needs a tensor, a tuple or list of tensors, or a dict of them")
+    return signature
+
+
+def _config_text(config) -> str:
+    if isinstance(config, str):
+        return config if config.endswith("\n") else config + "\n"
+    import yaml  # python3-yaml, a dependency of the SDK's examples; only needed for dicts
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+
+def publish_model(model, name: str, *, repository: Optional[str] = None,
+                  example_inputs=None, config=None) -> int:
+    """Writes a new version of model `name` into the repository and returns its number.
+
+    `model`: a TorchScript module, an `nn.Module` (scripted for you; traced on `example_inputs`
+    when scripting fails), or the path of a saved TorchScript file. `repository`: a directory;
+    default $SHOAL_MODEL_REPOSITORY. `config`: the model's config.yaml, as a dict or YAML text
+    (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
+    first when the config sets `max_batch_size` >= 1) the module is run once on them and the
+    config's `inputs` and `outputs` are derived from that call, unless `config` gives them.
+    The config is (re)written only when it changes. Raises PublishError naming what is wrong.
+    """
+    repository = repository or os.environ.get(REPOSITORY_ENV)
+    if not repository:
+        raise PublishError("publish_model: no repository: pass repository=, or set "
+                           f"{REPOSITORY_ENV} (a job's `publish: {{repository: DIR}}` sets it for "
+                           "every task)")
+    if repository.startswith("hdfs://"):
+        raise PublishError("publish_model: hdfs:// repositories are not supported yet; publish to "
+                           "a local or shared POSIX directory")
+    if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):
+        raise PublishError(f"publish_model: model name {name!r} must be letters, digits, '_', "
+                           "'-' and '.', not starting with '.' (it appears in URLs)")
+    if not os.path.isdir(repository):
+        raise PublishError(f"publish_model: the repository {repository} is not a directory")
+    data, module = _model_bytes(model, example_inputs)
+
+    config_dict = None
+    if isinstance(config, dict):
+        config_dict = dict(config)
+    elif config is not None and not isinstance(config, str):
+        raise PublishError("publish_model: config must be a dict or YAML text")
+    if example_inputs is not None:
+        if isinstance(config, str):
+            raise PublishError("publish_model: with example_inputs, give config as a dict, so "
+                               "that the derived inputs and outputs can join it")
+        config_dict = config_dict or {}
+        max_batch = int(config_dict.get("max_batch_size", 0) or 0)
+        for key, value in _signature(module, example_inputs, max_batch).items():
+            config_dict.setdefault(key, value)
+    config_text = _config_text(config_dict if config_dict is not None else config) \
+        if (config_dict is not None or config is not None) else None
+
+    model_dir = os.path.join(repository, name)
+    os.makedirs(model_dir, exist_ok=True)
+    lock_fd = os.open(os.path.join(model_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        _remove_abandoned(model_dir)
+        if config_text is not None:
+            config_path = os.path.join(model_dir, "config.yaml")
+            try:
+                with open(config_path) as f:
+                    current = f.read()
+            except FileNotFoundError:
+                current = None
+            if current != config_text:
+                _replace_file(config_path, config_text.encode())
+        incoming = os.path.join(model_dir, f"{INCOMING_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+        os.mkdir(incoming)
+        try:
+            _write_file(os.path.join(incoming, "model.pt"), data,
+                        delay_half=bool(os.environ.get(WRITE_DELAY_ENV)))
+            _fsync_dir(incoming)
+            existing = versions(repository, name)
+            version = (existing[-1] if existing else 0) + 1
+            while True:
+                try:
+                    # Refuses an existing non-empty version directory: a version is never
+                    # overwritten, even by a publisher that does not take the lock.
+                    os.rename(incoming, os.path.join(model_dir, str(version)))
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
+                        raise
+                    version += 1
+        except BaseException:
+            import shutil
+            shutil.rmtree(incoming, ignore_errors=True)
+            raise
+        _fsync_dir(model_dir)
+        return version
+    finally:
+        os.close(lock_fd)  # releases the lock
