@@ -33,6 +33,10 @@ void AddShoalVariables(const spec::JobSpec& job, const ClusterPlan& plan, const 
     env["SHOAL_CHECKPOINT_DIR"] = plan.checkpoint_dir;
     env["SHOAL_CHECKPOINT_KEEP"] = std::to_string(job.checkpoint.keep);
   }
+  if (!job.publish.repository.empty()) {
+    env["SHOAL_MODEL_REPOSITORY"] = job.publish.repository;
+    if (job.publish.keep > 0) env["SHOAL_MODEL_KEEP"] = std::to_string(job.publish.keep);
+  }
   if (job.tensorboard.configured) {
     env["SHOAL_TENSORBOARD_LOGDIR"] =
         job.tensorboard.logdir.empty() ? plan.job_dir + "/tensorboard" : job.tensorboard.logdir;

@@ -317,6 +317,7 @@ void JobFileParser::ParseTop(const YAML::Node& root, JobSpec& spec) {
   if (const Entry* e = Find(entries, "checkpoint")) ParseCheckpoint(*e, spec.checkpoint);
   if (const Entry* e = Find(entries, "dataset")) ParseDataset(*e, spec.dataset);
   if (const Entry* e = Find(entries, "tensorboard")) ParseTensorBoard(*e, spec.tensorboard);
+  if (const Entry* e = Find(entries, "publish")) ParsePublish(*e, spec.publish);
   if (const Entry* e = Find(entries, "mpi")) ParseMpi(*e, spec);
   framework_ = spec.framework;
 

@@ -30,7 +30,7 @@ namespace shoal::spec {
 constexpr absl::string_view kTopKeysBeforeSections[] = {
     "name",         "framework",        "success", "roles",     "on_failure", "restart",
     "max_restarts", "progress_timeout", "backoff", "heartbeat", "checkpoint", "dataset"};
-constexpr absl::string_view kTopKeysAfterSections[] = {"tensorboard", "mpi"};
+constexpr absl::string_view kTopKeysAfterSections[] = {"tensorboard", "publish", "mpi"};
 constexpr absl::string_view kRoleKeys[] = {
     "instances",  "command",    "env",     "working_dir",  "resources",       "untracked",
     "depends_on", "on_failure", "restart", "max_restarts", "progress_timeout"};
@@ -41,6 +41,7 @@ constexpr absl::string_view kBackoffKeys[] = {"initial", "max"};
 constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
 constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
 constexpr absl::string_view kTensorBoardKeys[] = {"logdir", "command"};
+constexpr absl::string_view kPublishKeys[] = {"repository", "keep"};
 constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
                                               "lease_timeout"};
 // In the order the messages list them; the names come from job_spec.cc.
@@ -225,6 +226,7 @@ class JobFileParser {
   void ParseHeartbeat(const Entry& e, HeartbeatConfig& out);
 
   void ParseCheckpoint(const Entry& e, CheckpointConfig& out);
+  void ParsePublish(const Entry& e, PublishConfig& out);
 
   void ParseMpi(const Entry& e, JobSpec& spec);
 

@@ -55,6 +55,47 @@ void JobFileParser::ParseCheckpoint(const Entry& e, CheckpointConfig& out) {
   }
 }
 
+void JobFileParser::ParsePublish(const Entry& e, PublishConfig& out) {
+  const std::string path = "publish";
+  constexpr char kForm[] = "a map with repository (a directory) and optionally keep, e.g. "
+                           "{repository: ./models, keep: 5}";
+  out.configured = true;
+  if (!e.value.IsMap()) {
+    Error(e.line, path, absl::StrCat("must be ", kForm, ", got ", Describe(e.value)));
+    return;
+  }
+  std::vector<Entry> entries = Entries(e, path, false);
+  CheckKnownKeys(entries, path, kPublishKeys);
+  const Entry* r = Find(entries, "repository");
+  if (r == nullptr) {
+    Error(e.line, path, absl::StrCat("needs repository: ", kForm));
+  } else {
+    std::string key = JoinKey(path, "repository");
+    constexpr char kDirForm[] = "a directory, absolute or relative to the job file, e.g. ./models";
+    if (auto text = Scalar(*r, key, kDirForm)) {
+      if (text->empty()) {
+        Error(r->line, key, absl::StrCat("must be ", kDirForm, ", got ''"));
+      } else if ((*text)[0] == '~') {
+        Error(r->line, key, absl::StrCat("'~' is not expanded; must be ", kDirForm, ", got ",
+                                         Describe(r->value)));
+      } else if (HasNul(*text)) {
+        Error(r->line, key, kNulMessage);
+      } else if (HasUriScheme(*text)) {
+        Error(r->line, key,
+              absl::StrCat("only local or shared POSIX directories can take models for now, got ",
+                           Describe(r->value)));
+      } else {
+        out.repository = ResolveDir(base_dir_, *text);
+      }
+    }
+  }
+  if (const Entry* k = Find(entries, "keep")) {
+    if (auto n = Integer(*k, JoinKey(path, "keep"), 1, kMaxCount)) {
+      out.keep = static_cast<uint32_t>(*n);
+    }
+  }
+}
+
 void JobFileParser::ParseMpi(const Entry& e, JobSpec& spec) {
   const std::string path = "mpi";
   if (e.value.IsNull()) return;

@@ -90,6 +90,14 @@ struct HeartbeatConfig {
   uint32_t misses = 3;  // an agent silent for interval * misses is lost
 };
 
+// Where tasks publish trained models for `shoal serve` (`publish:` in the job file): every task
+// gets SHOAL_MODEL_REPOSITORY (and SHOAL_MODEL_KEEP), which shoal.publish_model reads.
+struct PublishConfig {
+  std::string repository;  // absolute (resolved against the job file's directory)
+  uint32_t keep = 0;       // newest versions kept per model after a publication; 0: all
+  bool configured = false;
+};
+
 struct CheckpointConfig {
   // Absolute (resolved against the job file's directory). Empty: `checkpoints` under the job
   // directory, which a later run of the same file does not see.
@@ -149,6 +157,7 @@ struct JobSpec {
   // owner finds its typed value with Section<T>(). Only sections written in the file are here.
   std::map<std::string, std::shared_ptr<const SectionValue>> sections;
   TensorBoardConfig tensorboard;
+  PublishConfig publish;
   MpiConfig mpi;
 
   const Role* FindRole(const std::string& name) const;

@@ -26,6 +26,8 @@ constexpr Reserved kReserved[] = {
     {"SHOAL_JOB_DIR", ""},
     {"SHOAL_JOB_ID", ""},
     {"SHOAL_JOB_NAME", "name"},
+    {"SHOAL_MODEL_KEEP", "publish.keep"},
+    {"SHOAL_MODEL_REPOSITORY", "publish.repository"},
     {"SHOAL_MPI_SECRET", ""},
     {"SHOAL_MPI_SLOTS_PER_WORKER", "mpi.slots_per_worker"},
     {"SHOAL_NODE", ""},

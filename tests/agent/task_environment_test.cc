@@ -111,6 +111,7 @@ TEST(TaskEnvironmentTest, ReservedNamesAreExactlyTheShoalVariablesShoalSets) {
     job.name = "names";
     job.framework = framework;
     job.tensorboard.configured = true;
+    job.publish = {"/models", 2, true};
     spec::Role role;
     role.name = "worker";
     role.argv = {"x"};

@@ -2,6 +2,7 @@
 the new version replaces the old one with no failed request in between."""
 
 import json
+import os
 import subprocess
 import textwrap
 import threading
@@ -95,3 +96,44 @@ def test_a_published_version_takes_over_without_a_failed_request(shoal_bin, tmp_
         serve.terminate()
         serve.wait(timeout=30)
         out.close()
+
+
+def test_a_jobs_publish_section_gives_its_tasks_the_repository(run_shoal, write_file, write_job, tmp_path):
+    write_file("train.py", """
+        import os, torch, shoal
+
+        class Scale(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 2
+
+        print("repository", os.environ["SHOAL_MODEL_REPOSITORY"], "keep", os.environ["SHOAL_MODEL_KEEP"])
+        for _ in range(3):
+            print("published", shoal.publish_model(Scale(), "scale"))
+        """)
+    job = write_job(f"""
+        name: publisher
+        publish: {{repository: ./models, keep: 2}}
+        roles:
+          trainer:
+            instances: 1
+            command: ["{e2e.PYTHON}", "train.py"]
+        """)
+    (tmp_path / "models").mkdir()
+    r = run_shoal("run", job, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"repository {tmp_path / 'models'} keep 2" in r.stdout
+    assert "published 3" in r.stdout
+    assert sorted(os.listdir(tmp_path / "models" / "scale")) == [".publish.lock", "2", "3"]
+
+
+def test_a_bad_publish_section_is_refused_before_anything_runs(run_shoal, write_job, jobs_dir):
+    job = write_job("""
+        name: publisher
+        publish: {repository: hdfs://nn/models}
+        roles:
+          trainer: {instances: 1, command: ["/bin/true"]}
+        """)
+    r = run_shoal("run", job, timeout=30)
+    assert r.returncode == 2
+    assert "job.yaml:2: publish.repository: only local or shared POSIX directories" in r.stderr
+    assert not jobs_dir.exists() or not any(jobs_dir.iterdir())

@@ -128,6 +128,23 @@ TEST(FrameworkEnvTest, LocalDirectoriesAreTheCheckpointTensorBoardAndJobDirector
                          {"SHOAL_TENSORBOARD_LOGDIR", plan.job_dir + "/tensorboard"}}));
 }
 
+TEST(FrameworkEnvTest, APublishSectionGivesEveryTaskTheModelRepository) {
+  spec::JobSpec job;
+  job.name = "golden";
+  job.roles = {MakeRole("worker", 2)};
+  ClusterPlan plan = MakePlan(job, 2);
+  Environment none = BuildTaskEnvironment(job, plan, plan.tasks[1]);
+  EXPECT_EQ(none.count("SHOAL_MODEL_REPOSITORY"), 0u);
+  job.publish = {"/srv/models", 3, true};
+  for (const auto& task : plan.tasks) {
+    Environment env = BuildTaskEnvironment(job, plan, task);
+    EXPECT_EQ(env.at("SHOAL_MODEL_REPOSITORY"), "/srv/models");
+    EXPECT_EQ(env.at("SHOAL_MODEL_KEEP"), "3");
+  }
+  job.publish.keep = 0;
+  EXPECT_EQ(BuildTaskEnvironment(job, plan, plan.tasks[0]).count("SHOAL_MODEL_KEEP"), 0u);
+}
+
 TEST(FrameworkEnvTest, LocalDirectoriesLeaveAnHdfsCheckpointDirectoryToTheSdk) {
   spec::JobSpec job;
   job.name = "golden";

@@ -174,3 +174,15 @@ def test_two_publishers_never_get_the_same_number(tmp_path):
     assert sorted(got_a + got_b) == list(range(1, 25))
     assert got_a == sorted(got_a) and got_b == sorted(got_b)
     assert versions(str(tmp_path), "shared") == list(range(1, 25))
+
+
+def test_keep_leaves_the_newest_versions(tmp_path, monkeypatch):
+    monkeypatch.setenv("SHOAL_MODEL_KEEP", "2")
+    for expected in range(1, 6):
+        assert shoal.publish_model(Mlp(), "m", repository=str(tmp_path)) == expected
+        assert versions(str(tmp_path), "m") == list(range(max(1, expected - 1), expected + 1))
+    assert not any(e.startswith(".removing-") for e in os.listdir(tmp_path / "m"))
+    monkeypatch.setenv("SHOAL_MODEL_KEEP", "0")
+    with pytest.raises(shoal.PublishError, match="SHOAL_MODEL_KEEP='0' must be an integer >= 1"):
+        shoal.publish_model(Mlp(), "m", repository=str(tmp_path))
+    assert versions(str(tmp_path), "m") == [4, 5]

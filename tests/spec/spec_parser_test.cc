@@ -1144,6 +1144,39 @@ TEST(SpecParserTest, CheckpointSectionTurnsCheckpointsOnWithDefaults) {
   }
 }
 
+TEST(SpecParserTest, PublishSectionGivesTheRepositoryAndKeep) {
+  absl::StatusOr<JobSpec> spec = Parse(
+      "name: j\npublish: {repository: ./models/, keep: 4}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->publish.configured);
+  EXPECT_EQ(spec->publish.repository, "/jobs/demo/models");
+  EXPECT_EQ(spec->publish.keep, 4u);
+  spec = Parse("name: j\npublish: {repository: /srv/models}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->publish.repository, "/srv/models");
+  EXPECT_EQ(spec->publish.keep, 0u);  // every version kept
+  spec = Parse("name: j\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_FALSE(spec->publish.configured);
+}
+
+TEST(SpecParserTest, BadPublishSectionsAreRefusedByLineAndKey) {
+  auto refusal = [](const std::string& section) {
+    return Refusal("name: j\n" + section + "roles:\n  a: {command: [x]}\n");
+  };
+  EXPECT_THAT(refusal("publish:\n"), HasSubstr("job.yaml:2: publish: must be a map with repository"));
+  EXPECT_THAT(refusal("publish: {keep: 2}\n"), HasSubstr("job.yaml:2: publish: needs repository"));
+  EXPECT_THAT(refusal("publish: {repository: ''}\n"),
+              HasSubstr("job.yaml:2: publish.repository: must be a directory"));
+  EXPECT_THAT(refusal("publish: {repository: ~/models}\n"),
+              HasSubstr("publish.repository: '~' is not expanded"));
+  EXPECT_THAT(refusal("publish: {repository: hdfs://nn/models}\n"),
+              HasSubstr("publish.repository: only local or shared POSIX directories"));
+  EXPECT_THAT(refusal("publish: {repository: ./m, keep: 0}\n"), HasSubstr("publish.keep:"));
+  EXPECT_THAT(refusal("publish: {repository: ./m, kept: 2}\n"),
+              HasSubstr("publish.kept: unknown key"));
+}
+
 TEST(SpecParserTest, ResolvesCheckpointDirLikeWorkingDirAndKeepsUris) {
   auto dir_of = [](const std::string& value) {
     absl::StatusOr<JobSpec> spec =

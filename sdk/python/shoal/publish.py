@@ -34,6 +34,8 @@ from typing import Any, Dict, Optional
 from .errors import ShoalError
 
 REPOSITORY_ENV = "SHOAL_MODEL_REPOSITORY"
+KEEP_ENV = "SHOAL_MODEL_KEEP"
+REMOVING_PREFIX = ".removing-"
 WRITE_DELAY_ENV = "SHOAL_TEST_PUBLISH_WRITE_DELAY_S"
 INCOMING_PREFIX = ".incoming-"
 LOCK_NAME = ".publish.lock"
@@ -196,6 +198,36 @@ def _config_text(config) -> str:
     return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
 
 
+def _keep_from_environment() -> int:
+    text = os.environ.get(KEEP_ENV, "")
+    if not text:
+        return 0
+    try:
+        keep = int(text)
+    except ValueError:
+        keep = 0
+    if keep < 1:
+        raise PublishError(f"publish_model: {KEEP_ENV}={text!r} must be an integer >= 1 (the job "
+                           "file's publish.keep)")
+    return keep
+
+
+def _prune(model_dir: str, keep: int) -> None:
+    """Removes all but the newest `keep` versions: each is renamed to a hidden name first, so it
+    leaves the server's view in one step, then deleted."""
+    if keep < 1:
+        return
+    import shutil
+    numbers = sorted(int(e) for e in os.listdir(model_dir) if _VERSION_RE.match(e))
+    for number in numbers[:-keep]:
+        hidden = os.path.join(model_dir, f"{REMOVING_PREFIX}{number}-{secrets.token_hex(4)}")
+        try:
+            os.rename(os.path.join(model_dir, str(number)), hidden)
+        except FileNotFoundError:
+            continue  # another publisher pruned it
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
 def publish_model(model, name: str, *, repository: Optional[str] = None,
                   example_inputs=None, config=None) -> int:
     """Writes a new version of model `name` into the repository and returns its number.
@@ -206,7 +238,10 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
     first when the config sets `max_batch_size` >= 1) the module is run once on them and the
     config's `inputs` and `outputs` are derived from that call, unless `config` gives them.
-    The config is (re)written only when it changes. Raises PublishError naming what is wrong.
+    The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's
+    `publish.keep`) only that many newest versions of the model are left afterwards: under the
+    server's default `version_policy: latest` it serves the newest that loads, so keep >= 2
+    leaves the version serving while a new one loads. Raises PublishError naming what is wrong.
     """
     repository = repository or os.environ.get(REPOSITORY_ENV)
     if not repository:
@@ -221,6 +256,7 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
                            "'-' and '.', not starting with '.' (it appears in URLs)")
     if not os.path.isdir(repository):
         raise PublishError(f"publish_model: the repository {repository} is not a directory")
+    keep = _keep_from_environment()
     data, module = _model_bytes(model, example_inputs)
 
     config_dict = None
@@ -277,6 +313,7 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
             shutil.rmtree(incoming, ignore_errors=True)
             raise
         _fsync_dir(model_dir)
+        _prune(model_dir, keep)
         return version
     finally:
         os.close(lock_fd)  # releases the lock
