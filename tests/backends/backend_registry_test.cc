@@ -90,7 +90,7 @@ TEST(BackendRegistryTest, ANewBackendsSectionIsReadWithTheJobFilesRules) {
                            "/base", registry.JobSections());
   ASSERT_FALSE(job.ok());
   EXPECT_THAT(job.status().message(),
-              HasSubstr("dataset, slurm, yarn, kubernetes, tensorboard, mpi"));
+              HasSubstr("dataset, slurm, yarn, kubernetes, tensorboard, publish, mpi"));
 }
 
 TEST(SlurmFlagsTest, GivenFlagsBecomeSettingsWithTheSectionsRules) {
