@@ -1,5 +1,7 @@
 #include "common/files.h"
 
+#include "absl/strings/ascii.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,6 +98,19 @@ absl::Status MakeDirs(const std::string& path, int mode) {
   if (ec) return absl::InternalError(absl::StrCat("create directory ", path, ": ", ec.message()));
   ::chmod(path.c_str(), mode);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the token file ", path, ": ",
+                                                   text.status().message()));
+  }
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("the token file ", path, " is empty"));
+  }
+  return token;
 }
 
 }  // namespace shoal

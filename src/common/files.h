@@ -19,6 +19,10 @@ absl::Status ReplaceFile(const std::string& path, std::string_view contents, int
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// A credential from a file: its content without surrounding whitespace. InvalidArgument names
+// the file when it cannot be read or is empty; the token itself is never in a message.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
 // mkdir -p with a clear error naming the path.
 absl::Status MakeDirs(const std::string& path, int mode = 0755);
 

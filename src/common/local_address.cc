@@ -33,4 +33,10 @@ absl::StatusOr<std::string> LocalAddressTowards(const std::string& host, const s
   return std::string(text);
 }
 
+bool IsLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr addr{};
+  return ::inet_pton(AF_INET, host.c_str(), &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
+}
+
 }  // namespace shoal::common

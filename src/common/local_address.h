@@ -12,4 +12,8 @@ namespace shoal::common {
 absl::StatusOr<std::string> LocalAddressTowards(const std::string& host, const std::string& service,
                                                 const std::string& what);
 
+// Whether `host` names this machine's loopback: 127.0.0.0/8, ::1 (bracketed or not), localhost.
+// Servers that listen anywhere else must authenticate their callers.
+bool IsLoopbackHost(const std::string& host);
+
 }  // namespace shoal::common

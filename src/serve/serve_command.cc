@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
+#include "common/local_address.h"
 #include "serve/frontends/inference_grpc_server.h"
 #include "serve/frontends/inference_http_server.h"
 #include "serve/repository/model_manager.h"
@@ -40,23 +41,7 @@ int AvailableCpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool IsLoopback(const std::string& host) {
-  if (host == "localhost" || host == "::1") return true;
-  in_addr a{};
-  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
-}
-
 // The token from `path` (surrounding whitespace dropped); never echoed anywhere.
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the token file ", path, ": ",
-                                                   text.status().message()));
-  }
-  std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("the token file ", path, " is empty"));
-  return token;
-}
 
 // Buffers of this size and larger are mmapped on their own and unmapped when freed.
 constexpr int kMallocMmapThresholdBytes = 256 << 10;
@@ -112,13 +97,13 @@ int RunServer(const ServeOptions& options) {
   }
   std::string token;
   if (!token_file.empty()) {
-    absl::StatusOr<std::string> read = ReadToken(token_file);
+    absl::StatusOr<std::string> read = ReadTokenFile(token_file);
     if (!read.ok()) {
       std::cerr << "shoal serve: " << read.status().message() << "\n";
       return kExitUsage;
     }
     token = *read;
-  } else if (!IsLoopback(options.host)) {
+  } else if (!common::IsLoopbackHost(options.host)) {
     std::cerr << "shoal serve: --host " << options.host
               << " is not a loopback address, so callers must authenticate: give --token-file "
                  "FILE (they then send Authorization: Bearer <the file's content>)\n";

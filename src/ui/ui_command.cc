@@ -18,13 +18,10 @@ namespace {
 
 constexpr int kExitUsage = 2;
 
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--token-file ", path, ": ", text.status().message()));
-  }
-  std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.size() < 16) {
+absl::StatusOr<std::string> ReadUiToken(const std::string& path) {
+  auto token = ReadTokenFile(path);
+  if (!token.ok()) return token.status();
+  if (token->size() < 16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--token-file ", path, ": the token must be at least 16 characters (e.g. `openssl rand "
         "-hex 32 > ", path, "`)"));
@@ -69,7 +66,7 @@ int RunUi(const UiOptions& options) {
     if (const char* env = std::getenv("SHOAL_UI_TOKEN_FILE"); env && *env) token_file = env;
   }
   if (!token_file.empty()) {
-    auto token = ReadTokenFile(token_file);
+    auto token = ReadUiToken(token_file);
     if (!token.ok()) {
       std::cerr << "shoal ui: " << token.status().message() << "\n";
       return kExitUsage;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -571,7 +572,10 @@ UiReply UiRoutes::Rerun(const std::string& dir) {
   std::vector<std::string> argv = {options_.shoal_binary, "--jobs-dir", options_.jobs_root,
                                    "run", "--detach", "--backend", submit.value("backend", "local"),
                                    source};
-  std::string err_path = absl::StrCat(options_.jobs_root, "/.ui-rerun-", ::getpid(), ".log");
+  // One file per request: two reruns at once must not read each other's errors.
+  static std::atomic<uint64_t> reruns{0};
+  std::string err_path =
+      absl::StrCat(options_.jobs_root, "/.ui-rerun-", ::getpid(), "-", ++reruns, ".log");
   auto result = RunChild(argv, submit.value("base_dir", ""), err_path, std::chrono::seconds(120));
   std::string err = ReadFile(err_path).value_or("");
   ::unlink(err_path.c_str());

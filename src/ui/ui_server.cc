@@ -20,6 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/local_address.h"
 #include "common/percent_decoding.h"
 #include "serve/frontends/bearer_token.h"
 #include "ui/ui_routes.h"
@@ -82,15 +83,6 @@ constexpr char kLoginPage[] = R"(<!doctype html>
 )";
 
 }  // namespace
-
-bool IsLoopbackHost(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
-  in_addr addr{};
-  if (::inet_pton(AF_INET, host.c_str(), &addr) == 1) {
-    return (ntohl(addr.s_addr) >> 24) == 127;
-  }
-  return false;
-}
 
 struct UiServer::Impl {
   UiServerOptions options;
@@ -350,7 +342,7 @@ absl::StatusOr<std::unique_ptr<UiServer>> UiServer::Start(UiServerOptions option
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: '", options.host, "' is not an IP address"));
   }
-  if (!IsLoopbackHost(options.host) && options.token.empty()) {
+  if (!common::IsLoopbackHost(options.host) && options.token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "refusing to listen on ", options.host,
         " without a token: anyone who reaches it could kill jobs. Give --token-file FILE (or "

@@ -23,9 +23,6 @@ struct UiServerOptions {
   int max_connections = 128;
 };
 
-// Whether `host` names a loopback address (127.0.0.0/8, ::1, localhost).
-bool IsLoopbackHost(const std::string& host);
-
 // `shoal ui`'s HTTP server (docs/design/0014-web-ui.md): the embedded single-page app, the JSON
 // API over the jobs directory, log following by server-sent events, /metrics. A thread per
 // connection: a dashboard has few callers, and a follower is a long-lived connection anyway.

@@ -27,13 +27,14 @@ class Mlp(torch.nn.Module):
         return torch.relu(self.hidden(x))
 
 
-def run_python(code, env=None, **kwargs):
-    """Runs `code` from a file of its own (TorchScript needs the source of what it scripts)."""
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(textwrap.dedent(code))
+def run_python(code, directory, env=None, **kwargs):
+    """Runs `code` from a file of its own in `directory` (TorchScript needs the source of what it
+    scripts)."""
+    Path(directory).mkdir(exist_ok=True)
+    script = Path(directory) / f"script-{len(os.listdir(directory))}.py"
+    script.write_text(textwrap.dedent(code))
     full_env = dict(os.environ, PYTHONPATH=SDK_PYTHON, **(env or {}))
-    return subprocess.Popen([sys.executable, f.name], env=full_env, **kwargs)
+    return subprocess.Popen([sys.executable, str(script)], env=full_env, **kwargs)
 
 
 def test_versions_count_up_and_load_as_published(tmp_path):
@@ -123,7 +124,7 @@ def test_a_reader_never_sees_part_of_a_version(tmp_path, monkeypatch):
                 torch.jit.load(os.path.join(repo, "big", str(v), "model.pt"))  # raises if partial
                 seen.add(v)
         print(sorted(seen))
-        """, stdout=subprocess.PIPE, text=True)
+        """, tmp_path / "scripts", stdout=subprocess.PIPE, text=True)
     big = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Linear(1024, 512))  # ~4 MB
     published = [shoal.publish_model(big, "big", repository=str(tmp_path)) for _ in range(15)]
     out, _ = reader.communicate(timeout=150)
@@ -139,7 +140,7 @@ def test_a_publisher_killed_mid_write_leaves_no_version(tmp_path):
         class M(torch.nn.Module):
             def forward(self, x): return x * 2
         shoal.publish_model(M(), "m", repository={str(tmp_path)!r})
-        """, env={"SHOAL_TEST_PUBLISH_WRITE_DELAY_S": "30"})
+        """, tmp_path / "scripts", env={"SHOAL_TEST_PUBLISH_WRITE_DELAY_S": "30"})
     model_dir = tmp_path / "m"
     deadline = time.monotonic() + 60
     while not any(e.startswith(INCOMING_PREFIX) and (model_dir / e / "model.pt").exists()
@@ -164,8 +165,8 @@ def test_two_publishers_never_get_the_same_number(tmp_path):
         print(" ".join(str(shoal.publish_model(M(), "shared", repository={str(tmp_path)!r}))
                        for _ in range(12)))
         """
-    a = run_python(code, stdout=subprocess.PIPE, text=True)
-    b = run_python(code, stdout=subprocess.PIPE, text=True)
+    a = run_python(code, tmp_path / "scripts", stdout=subprocess.PIPE, text=True)
+    b = run_python(code, tmp_path / "scripts", stdout=subprocess.PIPE, text=True)
     out_a, _ = a.communicate(timeout=120)
     out_b, _ = b.communicate(timeout=120)
     assert a.returncode == 0 and b.returncode == 0

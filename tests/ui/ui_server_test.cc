@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/local_address.h"
 #include "gtest/gtest.h"
 #include "ui_test_support.h"
 
@@ -165,11 +166,11 @@ TEST_F(UiServerTest, OffLoopbackWithoutATokenItRefusesToStart) {
   auto server = UiServer::Start(options);
   ASSERT_TRUE(absl::IsInvalidArgument(server.status()));
   EXPECT_NE(server.status().message().find("--token-file"), std::string::npos);
-  EXPECT_TRUE(IsLoopbackHost("127.0.0.1"));
-  EXPECT_TRUE(IsLoopbackHost("127.1.2.3"));
-  EXPECT_TRUE(IsLoopbackHost("::1"));
-  EXPECT_FALSE(IsLoopbackHost("0.0.0.0"));
-  EXPECT_FALSE(IsLoopbackHost("10.0.0.1"));
+  EXPECT_TRUE(common::IsLoopbackHost("127.0.0.1"));
+  EXPECT_TRUE(common::IsLoopbackHost("127.1.2.3"));
+  EXPECT_TRUE(common::IsLoopbackHost("::1"));
+  EXPECT_FALSE(common::IsLoopbackHost("0.0.0.0"));
+  EXPECT_FALSE(common::IsLoopbackHost("10.0.0.1"));
 }
 
 TEST_F(UiServerTest, WithATokenCallersSignInOrPresentIt) {
