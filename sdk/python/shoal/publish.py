@@ -38,6 +38,7 @@ KEEP_ENV = "SHOAL_MODEL_KEEP"
 REMOVING_PREFIX = ".removing-"
 WRITE_DELAY_ENV = "SHOAL_TEST_PUBLISH_WRITE_DELAY_S"
 INCOMING_PREFIX = ".incoming-"
+COMPLETE_MARKER = ".shoal-complete"  # src/serve/repository/model_repository.h
 LOCK_NAME = ".publish.lock"
 
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
@@ -295,6 +296,9 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
         try:
             _write_file(os.path.join(incoming, "model.pt"), data,
                         delay_half=bool(os.environ.get(WRITE_DELAY_ENV)))
+            # Tells `shoal serve` the version appears whole, in the rename below, so it loads
+            # it as soon as it sees it instead of waiting for its files to settle.
+            _write_file(os.path.join(incoming, COMPLETE_MARKER), b"")
             _fsync_dir(incoming)
             existing = versions(repository, name)
             version = (existing[-1] if existing else 0) + 1

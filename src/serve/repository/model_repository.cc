@@ -141,7 +141,8 @@ absl::StatusOr<RepositoryScan> ScanModelRepository(const std::string& dir) {
             absl::StrCat(v.path().string(), ": no ", kModelFileName, " in it"));
         continue;
       }
-      model.versions.push_back({*number, file.string(), Fingerprint(v.path())});
+      model.versions.push_back({*number, file.string(), Fingerprint(v.path()),
+                                fs::is_regular_file(v.path() / kVersionCompleteMarker, ec)});
     }
     // "10" sorts before "9" by name; versions are numbers.
     std::sort(model.versions.begin(), model.versions.end(),

@@ -10,6 +10,10 @@
 namespace shoal::serve {
 
 inline constexpr char kModelFileName[] = "model.pt";
+// An empty file a publisher puts in a version directory before renaming the directory into
+// place (shoal.publish_model does): it says the directory appeared whole, in one rename, so
+// the watcher loads it without waiting for the settle time.
+inline constexpr char kVersionCompleteMarker[] = ".shoal-complete";
 
 // A version directory DIR/<model>/<version>/ that holds a model.pt.
 struct VersionEntry {
@@ -19,6 +23,7 @@ struct VersionEntry {
   // progress changes it, so the watcher loads a version only once it has stayed the same for
   // the settle time (version_settle_filter.h).
   std::string fingerprint;
+  bool marked_complete = false;  // holds kVersionCompleteMarker
 };
 
 // A model directory DIR/<model>/ as found on disk; nothing is loaded or parsed yet.

@@ -19,7 +19,9 @@ RepositoryScan VersionSettleFilter::Settled(const RepositoryScan& scan) {
       if (!inserted && it->second.fingerprint != version.fingerprint) {
         it->second = Seen{version.fingerprint, now};
       }
-      if (now - it->second.since >= settle_) kept.versions.push_back(version);
+      if (version.marked_complete || now - it->second.since >= settle_) {
+        kept.versions.push_back(version);
+      }
     }
     settled.models.push_back(std::move(kept));
   }

@@ -13,7 +13,8 @@ namespace shoal::serve {
 // The repository watcher's rule for "this version directory is completely copied": its
 // fingerprint (every file's name, size and modification time) has stayed the same for the
 // settle time. A copy in progress keeps changing sizes and times; a version published by a
-// rename (docs/serving.md) is settled one settle time after it appears. A version that is
+// rename (docs/serving.md) is settled one settle time after it appears, or at once when it
+// holds kVersionCompleteMarker (its publisher promises it was renamed in whole). A version that is
 // settled yet still broken (a truncated model.pt) fails to load and is refused; it is tried
 // again once its fingerprint changes. Not thread-safe: the watcher's thread owns it.
 class VersionSettleFilter {

@@ -77,6 +77,18 @@ TEST_F(ModelRepositoryTest, AVersionsFingerprintChangesWithAnyFileInItAndOnlyThe
   EXPECT_NE(fingerprint(), grown);
 }
 
+TEST_F(ModelRepositoryTest, AVersionHoldingTheCompleteMarkerIsMarkedSo) {
+  Touch("m/1/model.pt");
+  Touch("m/2/model.pt");
+  Touch(std::string("m/2/") + kVersionCompleteMarker);
+  auto scan = ScanModelRepository(root_.string());
+  ASSERT_TRUE(scan.ok()) << scan.status();
+  ASSERT_EQ(scan->models.size(), 1u);
+  ASSERT_EQ(scan->models[0].versions.size(), 2u);
+  EXPECT_FALSE(scan->models[0].versions[0].marked_complete);
+  EXPECT_TRUE(scan->models[0].versions[1].marked_complete);
+}
+
 TEST_F(ModelRepositoryTest, SkipsVersionDirectoriesThatCannotBeServed) {
   Touch("m/1/model.pt");
   Touch("m/2/weights.bin");   // no model.pt

@@ -48,6 +48,14 @@ TEST_F(VersionSettleFilterTest, ANewVersionWaitsForTheSettleTime) {
   EXPECT_EQ(VersionsOf(filter_.Settled(ScanOf({{1, "a 10 1"}}))), std::vector<int64_t>{1});
 }
 
+TEST_F(VersionSettleFilterTest, AVersionMarkedCompleteIsSettledAtOnce) {
+  RepositoryScan scan = ScanOf({{1, "model.pt 10 1"}, {2, "model.pt 10 2"}});
+  scan.models[0].versions[1].marked_complete = true;
+  EXPECT_EQ(VersionsOf(filter_.Settled(scan)), std::vector<int64_t>{2});
+  clock_.Advance(milliseconds(500));
+  EXPECT_EQ(VersionsOf(filter_.Settled(scan)), (std::vector<int64_t>{1, 2}));
+}
+
 TEST_F(VersionSettleFilterTest, AVersionStillBeingCopiedStartsItsWaitAgainOnEveryChange) {
   filter_.Settled(ScanOf({{2, "model.pt 100 1"}}));
   clock_.Advance(milliseconds(400));
