@@ -1,4 +1,4 @@
-"""Publishing into an hdfs:// model repository (docs/design/0034-hdfs-model-repositories.md).
+"""Publishing into an hdfs:// model repository (docs/design/0015-hdfs-model-repositories.md).
 
 HDFS has no lock a publisher could take (no flock over WebHDFS), so the number is claimed by an
 exclusive create instead, and the version appears by one directory rename:
