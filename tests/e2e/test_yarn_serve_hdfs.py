@@ -94,6 +94,8 @@ def test_serve_follows_an_hdfs_repository(shoal_bin, cluster, hdfs_env, repo, tm
         return int(r.stdout.strip())
 
     assert publish(2) == 1
+    # A model whose first publisher is only about to claim its number: nothing to serve yet.
+    webhdfs("PUT", cluster, f"{path}/pending/.claims", "MKDIRS")
     out_path = tmp_path / "serve.out"
     out = open(out_path, "wb")
     serve = subprocess.Popen([shoal_bin, "serve", "--model-repository", uri, "--http-port", "0",
@@ -148,6 +150,8 @@ def test_serve_follows_an_hdfs_repository(shoal_bin, cluster, hdfs_env, repo, tm
         assert not version_ready(base, 2)
         assert sorted(e for e in os.listdir(os.path.join(cache_dir, "scale"))
                       if not e.startswith(".")) == ["1", "config.yaml"]
+        assert sorted(os.listdir(cache_dir)) == [".shoal-hdfs-mirror", "scale"]
+        assert "pending" not in out_path.read_text()
     finally:
         serve.terminate()
         serve.wait(timeout=60)

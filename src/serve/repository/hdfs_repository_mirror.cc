@@ -215,8 +215,17 @@ absl::Status HdfsRepositoryMirror::SyncModel(const std::string& model) {
   absl::StatusOr<std::vector<common::HdfsEntry>> entries = hdfs_.List(hdfs_dir);
   if (absl::IsNotFound(entries.status())) return absl::OkStatus();  // removed since listed
   if (!entries.ok()) return entries.status();
+  const common::HdfsEntry* config = nullptr;
+  std::set<std::string> versions;
+  for (const common::HdfsEntry& entry : *entries) {
+    if (!entry.directory && entry.name == "config.yaml") config = &entry;
+    if (entry.directory && IsVersionName(entry.name)) versions.insert(entry.name);
+  }
   const fs::path local = fs::path(local_dir_) / model;
   std::error_code ec;
+  // A model whose first publisher has only claimed a number yet: nothing to serve, and an empty
+  // model directory would be refused (and logged) by the scan.
+  if (config == nullptr && versions.empty() && !fs::exists(local, ec)) return absl::OkStatus();
   fs::create_directories(local, ec);
   if (ec) {
     return absl::FailedPreconditionError(
@@ -224,12 +233,6 @@ absl::Status HdfsRepositoryMirror::SyncModel(const std::string& model) {
   }
 
   // The config first: a version published with a new config must not load under the old one.
-  const common::HdfsEntry* config = nullptr;
-  std::set<std::string> versions;
-  for (const common::HdfsEntry& entry : *entries) {
-    if (!entry.directory && entry.name == "config.yaml") config = &entry;
-    if (entry.directory && IsVersionName(entry.name)) versions.insert(entry.name);
-  }
   auto known = configs_.find(model);
   if (config == nullptr && known != configs_.end()) {
     fs::remove(local / "config.yaml", ec);
