@@ -115,6 +115,12 @@ int RunServer(const ServeOptions& options) {
   // An hdfs:// repository is served from a local copy that follows it.
   std::string repository_dir = options.model_repository;
   std::unique_ptr<HdfsRepositoryMirror> mirror;
+  if (!options.repository_cache_dir.empty() &&
+      !absl::StartsWith(options.model_repository, "hdfs://")) {
+    std::cerr << "shoal serve: --repository-cache-dir is only for an hdfs:// --model-repository "
+                 "(a local one is served where it is)\n";
+    return kExitUsage;
+  }
   if (absl::StartsWith(options.model_repository, "hdfs://")) {
     HdfsMirrorOptions copy;
     copy.uri = options.model_repository;

@@ -222,3 +222,14 @@ def test_a_jobs_publish_section_takes_an_hdfs_repository(run_shoal, write_file, 
     listing = webhdfs("GET", cluster, f"{path}/scale", "LISTSTATUS")
     assert sorted(s["pathSuffix"] for s in listing["FileStatuses"]["FileStatus"]) == \
         [".claims", "2", "3"]
+
+
+def test_a_cache_dir_without_an_hdfs_repository_is_refused(shoal_bin, tmp_path):
+    (tmp_path / "models").mkdir()
+    r = subprocess.run([shoal_bin, "serve", "--model-repository", str(tmp_path / "models"),
+                        "--repository-cache-dir", str(tmp_path / "cache"), "--http-port", "0",
+                        "--grpc-port", "0"], capture_output=True, text=True, timeout=60,
+                       env=e2e.base_env())
+    assert r.returncode == 2, r.stderr
+    assert "--repository-cache-dir is only for an hdfs:// --model-repository" in r.stderr
+    assert not (tmp_path / "cache").exists()
