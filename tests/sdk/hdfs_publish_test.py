@@ -124,6 +124,33 @@ def test_two_publishers_never_get_the_same_number(repo, tmp_path):
     assert versions(uri, "shared") == list(range(1, 17))
 
 
+def test_publishers_starting_at_once_each_get_their_own_number(repo, tmp_path):
+    """Four publishers list the same empty model and claim number 1 at the same instant: HDFS
+    lets one create the claim and answers the others FileAlreadyExistsException or, while the
+    winner still holds the new file open, AlreadyBeingCreatedException (regression: the
+    second was taken for a failure, and two concurrent publishers failed now and then)."""
+    uri, path, client = repo
+    data = tmp_path / "m.pt"
+    torch.jit.script(Mlp()).save(str(data))
+    for round_number in range(3):
+        barrier, got, errors = threading.Barrier(4), [], []
+
+        def publish():
+            barrier.wait()
+            try:
+                got.append(shoal.publish_model(data, f"m{round_number}", repository=uri))
+            except shoal.PublishError as e:
+                errors.append(str(e))
+        threads = [threading.Thread(target=publish) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert sorted(got) == [1, 2, 3, 4]
+        assert versions(uri, f"m{round_number}") == [1, 2, 3, 4]
+
+
 def test_a_poller_never_sees_part_of_a_version(repo, tmp_path, monkeypatch):
     """A poller lists the versions through WebHDFS and loads each one's model.pt as soon as it
     appears, while a publisher publishes 6 versions of a model of a few MB, each pausing 0.3 s

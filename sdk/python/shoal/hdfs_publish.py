@@ -5,7 +5,8 @@ exclusive create instead, and the version appears by one directory rename:
 
 1. v = 1 + max(numeric version directories of `<repo>/<name>`, files in `<name>/.claims`);
 2. claim v: CREATE `<name>/.claims/<v>` with overwrite=false. HDFS creates a file atomically, so
-   of two publishers claiming v one gets FileAlreadyExistsException and tries v+1;
+   of two publishers claiming v one gets FileAlreadyExistsException (or
+   AlreadyBeingCreatedException while the other still holds the new file open) and tries v+1;
 3. write the version's files into `<name>/.incoming-<host>-<pid>-<random>/` (HDFS completes a
    file when its writer closes it, before CREATE answers);
 4. RENAME that directory to `<name>/<v>` (renameoptions=NONE: refused, never merged, if it
@@ -35,6 +36,12 @@ REMOVING_PREFIX = ".removing-"
 STALE_AFTER_S = 3600
 
 _VERSION_RE = re.compile(r"^[1-9][0-9]*$")
+
+
+# What HDFS answers a CREATE overwrite=false of a name another client has: the file exists
+# (closed), or is still being written by the client that created it (its lease; also when that
+# client died a moment ago). Either way the name is taken.
+_TAKEN_EXCEPTIONS = ("FileAlreadyExistsException", "AlreadyBeingCreatedException")
 
 
 def _numbers(statuses, kind) -> List[int]:
@@ -85,7 +92,7 @@ class HdfsModelRepository:
                 self.client.create(f"{model}/{CLAIMS_DIR}/{version}", b"", overwrite=False)
                 return version
             except webhdfs.WebHdfsError as e:
-                if e.exception != "FileAlreadyExistsException":
+                if e.exception not in _TAKEN_EXCEPTIONS:
                     raise
                 version += 1
 

@@ -5,7 +5,8 @@
 writes `<repository>/digits/<version>/model.pt` and returns the new version's number. The
 repository is `repository=`, else $SHOAL_MODEL_REPOSITORY: a directory, or
 hdfs://namenode[:port]/path (through WebHDFS, with its own protocol: hdfs_publish.py). The
-layout is the one docs/serving.md describes: `<model>/config.yaml` (optional) and `<model>/<n>/model.pt`.
+layout is the one docs/serving.md describes: `<model>/config.yaml` (optional) and
+`<model>/<n>/model.pt`.
 
 Guarantees (docs/sdk.md, "Publishing models"):
 
@@ -18,6 +19,9 @@ Guarantees (docs/sdk.md, "Publishing models"):
   choose the number and rename; the rename itself refuses an existing version, so two publishers
   (processes, tasks on one machine, or machines sharing a POSIX file system with working locks)
   never get the same number and never overwrite a version.
+
+hdfs:// repositories give the same guarantees without a lock, which HDFS does not have: the
+number is claimed by an exclusive create, the version renamed in whole (hdfs_publish.py).
 
 Test hook: SHOAL_TEST_PUBLISH_WRITE_DELAY_S (float seconds) makes a publication sleep after
 writing half of model.pt, so that a test can kill it mid-write. Not for production.
@@ -235,6 +239,10 @@ def _prune(model_dir: str, keep: int) -> None:
 
 def _hdfs_failure(repository, what, error) -> PublishError:
     """The PublishError for a WebHDFS failure: unreachable, permission denied, or as HDFS says."""
+    if isinstance(error, WebHdfsUnreachable) and error.address != repository.location.base:
+        return PublishError(f"publish_model: cannot {what} {repository.uri}: the DataNode at "
+                            f"{error.address} that the NameNode named does not answer "
+                            f"({error.reason})")
     if isinstance(error, WebHdfsUnreachable):
         return PublishError(
             f"publish_model: cannot {what} {repository.uri}: the NameNode's WebHDFS at "
@@ -287,8 +295,8 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
 
     `model`: a TorchScript module, an `nn.Module` (scripted for you; traced on `example_inputs`
     when scripting fails), or the path of a saved TorchScript file. `repository`: a directory
-    or hdfs://namenode[:port]/path; default $SHOAL_MODEL_REPOSITORY. `config`: the model's config.yaml, as a dict or YAML text
-    (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
+    or hdfs://namenode[:port]/path; default $SHOAL_MODEL_REPOSITORY. `config`: the model's
+    config.yaml, as a dict or YAML text (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
     first when the config sets `max_batch_size` >= 1) the module is run once on them and the
     config's `inputs` and `outputs` are derived from that call, unless `config` gives them.
     The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's

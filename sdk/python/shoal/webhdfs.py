@@ -37,10 +37,11 @@ class WebHdfsError(OSError):
 
 
 class WebHdfsUnreachable(OSError):
-    """Nothing answered at the WebHDFS address (refused, unresolvable, timed out); `reason`
-    says which."""
+    """Nothing answered at a WebHDFS address (refused, unresolvable, timed out, the connection
+    broken); `address` is the NameNode's or a DataNode's, `reason` says what happened."""
 
     reason = ""
+    address = ""
 
 
 class HdfsLocation:
@@ -103,10 +104,14 @@ class WebHdfsClient:
                 body = e.read()
                 raise _refusal(method, url, e.code, body) from None
             except (urllib.error.URLError, OSError) as e:
+                # The NameNode, or the DataNode it redirected to.
+                parts = urllib.parse.urlsplit(url)
+                address = f"{parts.scheme}://{parts.netloc}"
                 error = WebHdfsUnreachable(
-                    f"WebHDFS at {self.base} does not answer ({method} "
+                    f"WebHDFS at {address} does not answer ({method} "
                     f"{url.split('?', 1)[0]}): {getattr(e, 'reason', e)}")
                 error.reason = str(getattr(e, "reason", e))
+                error.address = address
                 raise error from None
         raise WebHdfsError(f"WebHDFS {method} {url}: too many redirects")
 
@@ -159,7 +164,8 @@ class WebHdfsClient:
     def delete(self, path: str, recursive: bool = False) -> None:
         """No error when `path` does not exist."""
         try:
-            self.json("DELETE", self.url(path, "DELETE", recursive="true" if recursive else "false"))
+            self.json("DELETE",
+                      self.url(path, "DELETE", recursive="true" if recursive else "false"))
         except FileNotFoundError:
             pass
 
