@@ -159,8 +159,12 @@ int RunShoal(int argc, char** argv) {
   auto* serve_cmd = app.add_subcommand(
       "serve", "Serve the TorchScript models of a model repository over KServe v2 REST and gRPC");
   serve_cmd->add_option("--model-repository", serve.model_repository,
-                        "Directory of <model>/<version>/model.pt (docs/serving.md)")
+                        "Directory of <model>/<version>/model.pt, or hdfs://NAMENODE[:PORT]/PATH "
+                        "(docs/serving.md)")
       ->required();
+  serve_cmd->add_option("--repository-cache-dir", serve.repository_cache_dir,
+                        "Where an hdfs:// repository is copied to be served (default: a "
+                        "temporary directory, removed at exit)");
   serve_cmd->add_option("--http-port", serve.http_port, "HTTP port (default 8000; 0: a free one)");
   serve_cmd->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
   serve_cmd->add_option("--http-threads", serve.http_threads,

@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/local_address.h"
 #include "serve/frontends/inference_grpc_server.h"
 #include "serve/frontends/inference_http_server.h"
+#include "serve/repository/hdfs_repository_mirror.h"
 #include "serve/repository/model_manager.h"
 #include "serve/repository/model_repository.h"
 #include "serve/repository/repository_watcher.h"
@@ -110,7 +112,31 @@ int RunServer(const ServeOptions& options) {
     return kExitUsage;
   }
 
-  absl::StatusOr<RepositoryScan> scan = ScanModelRepository(options.model_repository);
+  // An hdfs:// repository is served from a local copy that follows it.
+  std::string repository_dir = options.model_repository;
+  std::unique_ptr<HdfsRepositoryMirror> mirror;
+  if (!options.repository_cache_dir.empty() &&
+      !absl::StartsWith(options.model_repository, "hdfs://")) {
+    std::cerr << "shoal serve: --repository-cache-dir is only for an hdfs:// --model-repository "
+                 "(a local one is served where it is)\n";
+    return kExitUsage;
+  }
+  if (absl::StartsWith(options.model_repository, "hdfs://")) {
+    HdfsMirrorOptions copy;
+    copy.uri = options.model_repository;
+    copy.cache_dir = options.repository_cache_dir;
+    copy.poll_interval = std::chrono::milliseconds(options.repository_poll_ms);
+    auto started = HdfsRepositoryMirror::Start(copy);
+    if (!started.ok()) {
+      std::cerr << "shoal serve: " << started.status().message() << "\n";
+      return kExitUsage;
+    }
+    mirror = std::move(*started);
+    repository_dir = mirror->local_dir();
+    std::cerr << "shoal serve: copying " << options.model_repository << " (WebHDFS "
+              << mirror->location().webhdfs << ") into " << repository_dir << std::endl;
+  }
+  absl::StatusOr<RepositoryScan> scan = ScanModelRepository(repository_dir);
   if (!scan.ok()) {
     std::cerr << "shoal serve: " << scan.status().message() << "\n";
     return kExitUsage;
@@ -122,7 +148,7 @@ int RunServer(const ServeOptions& options) {
   }
   int cpus = AvailableCpus();
   auto models = std::make_unique<ModelManager>(backend->get(), SystemClock::Get(), cpus,
-                                               options.model_repository);
+                                               repository_dir);
 
   HttpServerOptions http_options;
   http_options.host = options.host;
@@ -164,7 +190,7 @@ int RunServer(const ServeOptions& options) {
     std::cerr << "shoal serve: ready" << std::endl;
     if (options.repository_poll_ms > 0) {
       RepositoryWatcherOptions watch;
-      watch.repository_dir = options.model_repository;
+      watch.repository_dir = repository_dir;
       watch.poll_interval = std::chrono::milliseconds(options.repository_poll_ms);
       watch.settle_time = std::chrono::milliseconds(options.repository_settle_ms);
       watcher = std::make_unique<RepositoryWatcher>(watch, models.get(), SystemClock::Get(), *scan);
@@ -186,6 +212,7 @@ int RunServer(const ServeOptions& options) {
   models->Cancel();
   loader.join();
   watcher.reset();
+  mirror.reset();
   http->reset();
   grpc->reset();
   models.reset();

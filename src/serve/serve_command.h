@@ -9,7 +9,10 @@
 namespace shoal::serve {
 
 struct ServeOptions {
-  std::string model_repository;  // required: DIR/<model>/<version>/model.pt
+  std::string model_repository;  // required: DIR/<model>/<version>/model.pt, or hdfs://nn/path
+  // Where an hdfs:// repository is copied to be served (HdfsRepositoryMirror); "": a fresh
+  // temporary directory, removed at exit.
+  std::string repository_cache_dir;
   std::string host = "127.0.0.1";
   uint16_t http_port = 8000;  // 0: a free port, printed
   // HTTP event-loop threads; 0: one per CPU the server may use (its affinity mask). No request
@@ -35,8 +38,9 @@ struct ServeOptions {
 //   shoal serve: listening on grpc://HOST:PORT
 // on stdout once both ports are bound (models load after that; /v2/health/ready says when they
 // are), and what happens to each model on stderr. Returns the process exit code: 0 after a
-// signal, 2 when the repository is missing or unreadable or a non-loopback --host comes
-// without a token, 1 when the server cannot start
+// signal, 2 when the repository is missing or unreadable (an hdfs:// one malformed or its
+// NameNode unreachable) or a non-loopback --host comes without a token, 1 when the server
+// cannot start
 // (port taken, TorchScript runtime missing).
 int RunServer(const ServeOptions& options);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "absl/strings/strip.h"
 #include "spec/job_file_parser.h"
 
 namespace shoal::spec {
@@ -57,8 +58,8 @@ void JobFileParser::ParseCheckpoint(const Entry& e, CheckpointConfig& out) {
 
 void JobFileParser::ParsePublish(const Entry& e, PublishConfig& out) {
   const std::string path = "publish";
-  constexpr char kForm[] = "a map with repository (a directory) and optionally keep, e.g. "
-                           "{repository: ./models, keep: 5}";
+  constexpr char kForm[] = "a map with repository (a directory or hdfs://namenode/path) and "
+                           "optionally keep, e.g. {repository: ./models, keep: 5}";
   out.configured = true;
   if (!e.value.IsMap()) {
     Error(e.line, path, absl::StrCat("must be ", kForm, ", got ", Describe(e.value)));
@@ -71,7 +72,9 @@ void JobFileParser::ParsePublish(const Entry& e, PublishConfig& out) {
     Error(e.line, path, absl::StrCat("needs repository: ", kForm));
   } else {
     std::string key = JoinKey(path, "repository");
-    constexpr char kDirForm[] = "a directory, absolute or relative to the job file, e.g. ./models";
+    constexpr char kDirForm[] =
+        "a directory, absolute or relative to the job file, e.g. ./models, or "
+        "hdfs://namenode[:port]/path";
     if (auto text = Scalar(*r, key, kDirForm)) {
       if (text->empty()) {
         Error(r->line, key, absl::StrCat("must be ", kDirForm, ", got ''"));
@@ -81,9 +84,25 @@ void JobFileParser::ParsePublish(const Entry& e, PublishConfig& out) {
       } else if (HasNul(*text)) {
         Error(r->line, key, kNulMessage);
       } else if (HasUriScheme(*text)) {
-        Error(r->line, key,
-              absl::StrCat("only local or shared POSIX directories can take models for now, got ",
-                           Describe(r->value)));
+        // What the SDK's publish_model and `shoal serve` take: hdfs://namenode[:port]/path.
+        absl::string_view rest = *text;
+        bool hdfs = absl::ConsumePrefix(&rest, "hdfs://");
+        size_t slash = rest.find('/');
+        absl::string_view authority = rest.substr(0, slash);
+        bool has_host = !authority.empty() && authority.front() != ':';
+        if (!hdfs) {
+          Error(r->line, key,
+                absl::StrCat("models go to a directory or to hdfs://namenode[:port]/path, got ",
+                             Describe(r->value)));
+        } else if (!has_host || slash == absl::string_view::npos ||
+                   rest.substr(slash).find_first_not_of('/') == absl::string_view::npos) {
+          Error(r->line, key,
+                absl::StrCat("must be hdfs://namenode[:port]/path, a NameNode host and a path "
+                             "below it, e.g. hdfs://nn:8020/models, got ",
+                             Describe(r->value)));
+        } else {
+          out.repository = *text;  // for the SDK to reach through WebHDFS; not a local path
+        }
       } else {
         out.repository = ResolveDir(base_dir_, *text);
       }

@@ -93,7 +93,7 @@ struct HeartbeatConfig {
 // Where tasks publish trained models for `shoal serve` (`publish:` in the job file): every task
 // gets SHOAL_MODEL_REPOSITORY (and SHOAL_MODEL_KEEP), which shoal.publish_model reads.
 struct PublishConfig {
-  std::string repository;  // absolute (resolved against the job file's directory)
+  std::string repository;  // absolute (resolved against the job file), or hdfs://nn/path
   uint32_t keep = 0;       // newest versions kept per model after a publication; 0: all
   bool configured = false;
 };

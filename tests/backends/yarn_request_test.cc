@@ -9,11 +9,14 @@
 #include <cstdio>
 #include <string>
 
-#include "backends/yarn/webhdfs.h"
+#include "common/webhdfs.h"
 #include "nlohmann/json.hpp"
 
 namespace shoal::backends {
 namespace {
+
+using common::WebHdfs;
+using common::WebHdfsAddress;
 
 using ::testing::HasSubstr;
 

@@ -175,11 +175,12 @@ def test_a_jobs_publish_section_gives_its_tasks_the_repository(run_shoal, write_
 def test_a_bad_publish_section_is_refused_before_anything_runs(run_shoal, write_job, jobs_dir):
     job = write_job("""
         name: publisher
-        publish: {repository: hdfs://nn/models}
+        publish: {repository: "hdfs:///models"}
         roles:
           trainer: {instances: 1, command: ["/bin/true"]}
         """)
     r = run_shoal("run", job, timeout=30)
     assert r.returncode == 2
-    assert "job.yaml:2: publish.repository: only local or shared POSIX directories" in r.stderr
+    assert ("job.yaml:2: publish.repository: must be hdfs://namenode[:port]/path, a NameNode "
+            "host and a path below it") in r.stderr
     assert not jobs_dir.exists() or not any(jobs_dir.iterdir())

@@ -89,7 +89,9 @@ def test_the_config_is_derived_from_a_real_call_and_rewritten_only_when_it_chang
     (lambda repo: shoal.publish_model(Mlp(), "m", repository=repo + "/missing"), "is not a directory"),
     (lambda repo: shoal.publish_model(42, "m", repository=repo), "not int"),
     (lambda repo: shoal.publish_model(repo + "/none.pt", "m", repository=repo), "cannot read the model file"),
-    (lambda repo: shoal.publish_model(Mlp(), "m", repository="hdfs://nn/models"), "hdfs://"),
+    (lambda repo: shoal.publish_model(Mlp(), "m", repository="hdfs:///models"),
+     "must be hdfs://namenode"),
+    (lambda repo: shoal.publish_model(Mlp(), "m", repository="s3://b/models"), "neither a directory"),
     (lambda repo: shoal.publish_model(Mlp(), "m", repository=repo, config="max_batch_size: 2",
                                       example_inputs=torch.zeros(1, 16)), "give config as a dict"),
 ])

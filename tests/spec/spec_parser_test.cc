@@ -1155,6 +1155,10 @@ TEST(SpecParserTest, PublishSectionGivesTheRepositoryAndKeep) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->publish.repository, "/srv/models");
   EXPECT_EQ(spec->publish.keep, 0u);  // every version kept
+  spec = Parse(
+      "name: j\npublish: {repository: 'hdfs://nn:8020/models'}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->publish.repository, "hdfs://nn:8020/models");  // as given, not resolved
   spec = Parse("name: j\nroles:\n  a: {command: [x]}\n");
   ASSERT_TRUE(spec.ok());
   EXPECT_FALSE(spec->publish.configured);
@@ -1170,8 +1174,14 @@ TEST(SpecParserTest, BadPublishSectionsAreRefusedByLineAndKey) {
               HasSubstr("job.yaml:2: publish.repository: must be a directory"));
   EXPECT_THAT(refusal("publish: {repository: ~/models}\n"),
               HasSubstr("publish.repository: '~' is not expanded"));
-  EXPECT_THAT(refusal("publish: {repository: hdfs://nn/models}\n"),
-              HasSubstr("publish.repository: only local or shared POSIX directories"));
+  EXPECT_THAT(refusal("publish: {repository: s3://bucket/models}\n"),
+              HasSubstr("publish.repository: models go to a directory or to hdfs://"));
+  for (const char* no_place : {"hdfs://", "hdfs:///models", "hdfs://:8020/models", "hdfs://nn",
+                               "hdfs://nn:8020/"}) {
+    EXPECT_THAT(refusal(std::string("publish: {repository: '") + no_place + "'}\n"),
+                HasSubstr("publish.repository: must be hdfs://namenode[:port]/path"))
+        << no_place;
+  }
   EXPECT_THAT(refusal("publish: {repository: ./m, keep: 0}\n"), HasSubstr("publish.keep:"));
   EXPECT_THAT(refusal("publish: {repository: ./m, kept: 2}\n"),
               HasSubstr("publish.kept: unknown key"));

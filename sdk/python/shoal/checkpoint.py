@@ -46,6 +46,7 @@ import time
 from typing import List, Optional, Tuple
 
 from . import reports
+from . import webhdfs as webhdfs_client
 
 CHECKPOINT_PREFIX = "ckpt-"
 CHECKPOINT_SUFFIX = ".pt"
@@ -202,12 +203,8 @@ class LocalDirStorage(CheckpointStorage):
             pass
 
 
-WEBHDFS_ENV = "SHOAL_WEBHDFS"
-WEBHDFS_DEFAULT_PORT = 9870  # Hadoop 3's NameNode HTTP port
-
-
 class WebHdfsStorage(CheckpointStorage):
-    """Objects as files in one HDFS directory, through WebHDFS (plain HTTP: no JVM, no libhdfs
+    """Objects as files in one HDFS directory, through WebHDFS (webhdfs.py: plain HTTP, no JVM
     in the task). `uri` is hdfs://namenode[:port]/path; `webhdfs` the NameNode's HTTP address
     (http://host:port), default $SHOAL_WEBHDFS, else the NameNode's host on port 9870.
 
@@ -218,72 +215,30 @@ class WebHdfsStorage(CheckpointStorage):
     The user is $HADOOP_USER_NAME, else this process's (WebHDFS simple authentication)."""
 
     def __init__(self, uri, webhdfs=None):
-        import urllib.parse
-        parts = urllib.parse.urlsplit(os.fspath(uri))
-        if parts.scheme != "hdfs" or not parts.hostname or not parts.path.startswith("/"):
-            raise ValueError(f"not an hdfs://namenode/path URI: {uri!r}")
-        self.uri = os.fspath(uri)
-        self.path = parts.path.rstrip("/") or "/"
-        base = webhdfs or os.environ.get(WEBHDFS_ENV) or \
-            f"http://{parts.hostname}:{WEBHDFS_DEFAULT_PORT}"
-        self.base = base.rstrip("/")
-        import getpass
-        self.user = os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+        location = webhdfs_client.HdfsLocation.parse(uri, webhdfs)
+        self.uri = location.uri
+        self.path = location.path
+        self.base = location.base
+        self.user = location.user
+        self.client = webhdfs_client.WebHdfsClient.for_location(location)
 
     def __repr__(self):
         return f"WebHdfsStorage({self.uri!r} via {self.base})"
 
+    # The raw calls, for tests that plant objects beside the storage's own.
     def _url(self, path, op, **params):
-        import urllib.parse
-        query = urllib.parse.urlencode({"op": op, "user.name": self.user, **params})
-        return f"{self.base}/webhdfs/v1{urllib.parse.quote(path)}?{query}"
+        return self.client.url(path, op, **params)
 
     def _request(self, method, url, data=None, follow=True):
-        """(status, body bytes, headers); redirects (NameNode -> DataNode) followed by hand,
-        because urllib does not follow them for PUT."""
-        import urllib.error
-        import urllib.request
-
-        class NoRedirect(urllib.request.HTTPRedirectHandler):
-            def redirect_request(self, *args, **kwargs):
-                return None
-        opener = urllib.request.build_opener(NoRedirect)
-        for _ in range(3):
-            request = urllib.request.Request(url, data=data, method=method)
-            if data is not None:
-                request.add_header("Content-Type", "application/octet-stream")
-            try:
-                with opener.open(request, timeout=60) as response:
-                    return response.status, response.read(), response.headers
-            except urllib.error.HTTPError as e:
-                if e.code in (301, 302, 303, 307, 308) and follow and e.headers.get("Location"):
-                    url = e.headers["Location"]
-                    continue
-                body = e.read()
-                if e.code == 404:
-                    raise FileNotFoundError(f"{url}: {body[:300]!r}") from None
-                raise OSError(f"WebHDFS {method} {url}: HTTP {e.code}: {body[:300]!r}") from None
-        raise OSError(f"WebHDFS {method} {url}: too many redirects")
-
-    def _json(self, method, url):
-        import json
-        _, body, _ = self._request(method, url)
-        return json.loads(body) if body else {}
+        return self.client.request(method, url, data, follow)
 
     def _name_path(self, name):
         if not name or "/" in name or name.startswith(".") or name in ("..",):
             raise ValueError(f"invalid checkpoint object name {name!r}")
         return f"{self.path}/{name}"
 
-    def _statuses(self):
-        try:
-            listing = self._json("GET", self._url(self.path, "LISTSTATUS"))
-        except FileNotFoundError:
-            return []
-        return listing.get("FileStatuses", {}).get("FileStatus", [])
-
     def list(self) -> List[str]:
-        return [s["pathSuffix"] for s in self._statuses()
+        return [s["pathSuffix"] for s in self.client.list_status(self.path)
                 if s.get("type") == "FILE" and not s["pathSuffix"].startswith(".")]
 
     def write_atomically(self, name: str, data: bytes) -> str:
@@ -291,39 +246,29 @@ class WebHdfsStorage(CheckpointStorage):
         final = self._name_path(name)
         temp = (f"{self.path}/{TEMP_PREFIX}{name}.{socket.gethostname()}.{os.getpid()}."
                 f"{secrets.token_hex(4)}")
-        self._json("PUT", self._url(self.path, "MKDIRS"))
+        self.client.mkdirs(self.path)
         delay = _test_write_delay_s()
         if delay > 0:
             # Half the bytes, then the wait a test kills the writer in, then the rest (APPEND).
             half = len(data) // 2
-            self._request("PUT", self._url(temp, "CREATE", overwrite="true"), data[:half])
+            self.client.create(temp, data[:half])
             time.sleep(delay)
-            self._request("POST", self._url(temp, "APPEND"), data[half:])
+            self.client.append(temp, data[half:])
         else:
-            self._request("PUT", self._url(temp, "CREATE", overwrite="true"), bytes(data))
-        written = self._json("GET", self._url(temp, "GETFILESTATUS"))["FileStatus"]
-        renamed = self._json("PUT", self._url(temp, "RENAME", destination=final,
-                                              renameoptions="OVERWRITE"))
-        if renamed.get("boolean") is False:
-            raise OSError(f"WebHDFS could not rename {temp} to {final}")
-        for s in self._statuses():
+            self.client.create(temp, data)
+        written = self.client.status(temp)
+        self.client.rename(temp, final, overwrite=True)
+        for s in self.client.list_status(self.path):
             if (s["pathSuffix"].startswith(TEMP_PREFIX)
                     and s.get("modificationTime", 0) < written.get("modificationTime", 0)):
-                self.delete_path(f"{self.path}/{s['pathSuffix']}")
+                self.client.delete(f"{self.path}/{s['pathSuffix']}")
         return f"{self.uri.rstrip('/')}/{name}"
 
     def read(self, name: str) -> bytes:
-        _, body, _ = self._request("GET", self._url(self._name_path(name), "OPEN"))
-        return body
-
-    def delete_path(self, path):
-        try:
-            self._json("DELETE", self._url(path, "DELETE"))
-        except FileNotFoundError:
-            pass
+        return self.client.read(self._name_path(name))
 
     def delete(self, name: str) -> None:
-        self.delete_path(self._name_path(name))
+        self.client.delete(self._name_path(name))
 
 
 def storage_for(directory):

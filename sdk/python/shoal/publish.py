@@ -3,8 +3,10 @@
     version = shoal.publish_model(model, "digits", example_inputs=torch.zeros(1, 64))
 
 writes `<repository>/digits/<version>/model.pt` and returns the new version's number. The
-repository is `repository=`, else $SHOAL_MODEL_REPOSITORY. The layout is the one
-docs/serving.md describes: `<model>/config.yaml` (optional) and `<model>/<n>/model.pt`.
+repository is `repository=`, else $SHOAL_MODEL_REPOSITORY: a directory, or
+hdfs://namenode[:port]/path (through WebHDFS, with its own protocol: hdfs_publish.py). The
+layout is the one docs/serving.md describes: `<model>/config.yaml` (optional) and
+`<model>/<n>/model.pt`.
 
 Guarantees (docs/sdk.md, "Publishing models"):
 
@@ -17,6 +19,9 @@ Guarantees (docs/sdk.md, "Publishing models"):
   choose the number and rename; the rename itself refuses an existing version, so two publishers
   (processes, tasks on one machine, or machines sharing a POSIX file system with working locks)
   never get the same number and never overwrite a version.
+
+hdfs:// repositories give the same guarantees without a lock, which HDFS does not have: the
+number is claimed by an exclusive create, the version renamed in whole (hdfs_publish.py).
 
 Test hook: SHOAL_TEST_PUBLISH_WRITE_DELAY_S (float seconds) makes a publication sleep after
 writing half of model.pt, so that a test can kill it mid-write. Not for production.
@@ -32,6 +37,8 @@ import time
 from typing import Any, Dict, Optional
 
 from .errors import ShoalError
+from .hdfs_publish import HdfsModelRepository
+from .webhdfs import WEBHDFS_ENV, WebHdfsError, WebHdfsUnreachable
 
 REPOSITORY_ENV = "SHOAL_MODEL_REPOSITORY"
 KEEP_ENV = "SHOAL_MODEL_KEEP"
@@ -57,7 +64,9 @@ class PublishError(ShoalError):
 
 
 def versions(repository: str, name: str):
-    """The published version numbers of model `name`, ascending."""
+    """The published version numbers of model `name`, ascending (hdfs:// repositories too)."""
+    if repository.startswith("hdfs://"):
+        return HdfsModelRepository(repository).versions(name)
     try:
         entries = os.listdir(os.path.join(repository, name))
     except FileNotFoundError:
@@ -229,14 +238,66 @@ def _prune(model_dir: str, keep: int) -> None:
         shutil.rmtree(hidden, ignore_errors=True)
 
 
+def _hdfs_failure(repository, what, error) -> PublishError:
+    """The PublishError for a WebHDFS failure: unreachable, permission denied, or as HDFS says."""
+    if isinstance(error, WebHdfsUnreachable) and error.address != repository.location.base:
+        return PublishError(f"publish_model: cannot {what} {repository.uri}: the DataNode at "
+                            f"{error.address} that the NameNode named does not answer "
+                            f"({error.reason})")
+    if isinstance(error, WebHdfsUnreachable):
+        return PublishError(
+            f"publish_model: cannot {what} {repository.uri}: the NameNode's WebHDFS at "
+            f"{repository.location.base} is unreachable ({error.reason}); if its HTTP port is not "
+            f"9870, set {WEBHDFS_ENV}=http://HOST:PORT")
+    if isinstance(error, WebHdfsError) and error.exception == "AccessControlException":
+        return PublishError(f"publish_model: cannot {what} {repository.uri}: permission denied "
+                            f"for HDFS user {repository.location.user!r} (set HADOOP_USER_NAME to "
+                            f"publish as another): {error.remote_message}")
+    return PublishError(f"publish_model: cannot {what} {repository.uri}: {error}")
+
+
+def _hdfs_repository(uri: str) -> HdfsModelRepository:
+    try:
+        repository = HdfsModelRepository(uri)
+    except ValueError:
+        raise PublishError(f"publish_model: the repository {uri!r} must be "
+                           "hdfs://namenode[:port]/path (a NameNode host, then an absolute "
+                           "path)") from None
+    try:
+        repository.check()
+    except FileNotFoundError:
+        raise PublishError(f"publish_model: the repository {uri} does not exist in HDFS "
+                           "(create it first, e.g. hdfs dfs -mkdir -p)") from None
+    except NotADirectoryError:
+        raise PublishError(f"publish_model: the repository {uri} is not a directory") from None
+    except OSError as e:
+        raise _hdfs_failure(repository, "reach the repository", e) from None
+    return repository
+
+
+def _publish_to_hdfs(repository: HdfsModelRepository, name: str, data: bytes,
+                     config_text: Optional[str], keep: int) -> int:
+    """The publication protocol of hdfs_publish.py (no lock: a claimed number, one rename)."""
+    try:
+        if config_text is not None and repository.read_config(name) != config_text:
+            repository.write_config(name, config_text)
+        delay = float(os.environ.get(WRITE_DELAY_ENV) or 0)
+        version = repository.publish(name, {"model.pt": data}, write_delay_s=delay)
+        if keep >= 1:
+            repository.prune(name, keep)
+        return version
+    except OSError as e:
+        raise _hdfs_failure(repository, f"publish {name} to", e) from None
+
+
 def publish_model(model, name: str, *, repository: Optional[str] = None,
                   example_inputs=None, config=None) -> int:
     """Writes a new version of model `name` into the repository and returns its number.
 
     `model`: a TorchScript module, an `nn.Module` (scripted for you; traced on `example_inputs`
-    when scripting fails), or the path of a saved TorchScript file. `repository`: a directory;
-    default $SHOAL_MODEL_REPOSITORY. `config`: the model's config.yaml, as a dict or YAML text
-    (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
+    when scripting fails), or the path of a saved TorchScript file. `repository`: a directory
+    or hdfs://namenode[:port]/path; default $SHOAL_MODEL_REPOSITORY. `config`: the model's
+    config.yaml, as a dict or YAML text (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
     first when the config sets `max_batch_size` >= 1) the module is run once on them and the
     config's `inputs` and `outputs` are derived from that call, unless `config` gives them.
     The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's
@@ -249,13 +310,16 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
         raise PublishError("publish_model: no repository: pass repository=, or set "
                            f"{REPOSITORY_ENV} (a job's `publish: {{repository: DIR}}` sets it for "
                            "every task)")
-    if repository.startswith("hdfs://"):
-        raise PublishError("publish_model: hdfs:// repositories are not supported yet; publish to "
-                           "a local or shared POSIX directory")
     if not isinstance(name, str) or not _MODEL_NAME_RE.match(name):
         raise PublishError(f"publish_model: model name {name!r} must be letters, digits, '_', "
                            "'-' and '.', not starting with '.' (it appears in URLs)")
-    if not os.path.isdir(repository):
+    hdfs = None
+    if repository.startswith("hdfs://"):
+        hdfs = _hdfs_repository(repository)
+    elif "://" in repository:
+        raise PublishError(f"publish_model: the repository {repository} is neither a directory "
+                           "nor hdfs://namenode[:port]/path")
+    elif not os.path.isdir(repository):
         raise PublishError(f"publish_model: the repository {repository} is not a directory")
     keep = _keep_from_environment()
     data, module = _model_bytes(model, example_inputs)
@@ -276,6 +340,8 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     config_text = _config_text(config_dict if config_dict is not None else config) \
         if (config_dict is not None or config is not None) else None
 
+    if hdfs is not None:
+        return _publish_to_hdfs(hdfs, name, data, config_text, keep)
     model_dir = os.path.join(repository, name)
     os.makedirs(model_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(model_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)

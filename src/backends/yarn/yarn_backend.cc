@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "backends/yarn/webhdfs.h"
+#include "common/webhdfs.h"
 #include "common/files.h"
 #include "common/http_client.h"
 #include "common/local_address.h"
@@ -26,6 +26,7 @@ namespace {
 using Ms = std::chrono::milliseconds;
 
 using common::HttpReply;
+using common::WebHdfs;
 
 // One HTTP request to `base` (http://host:port). Unavailable when nothing answered. Only from
 // threads that may block: never the master's loop.

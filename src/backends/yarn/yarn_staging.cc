@@ -8,12 +8,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "backends/yarn/webhdfs.h"
+#include "common/webhdfs.h"
 #include "backends/yarn/yarn_backend.h"
 #include "backends/yarn/yarn_request.h"
 
 namespace shoal::backends {
 namespace {
+
+using common::WebHdfs;
+using common::WebHdfsAddress;
 
 std::string EnvOr(const char* name, std::string fallback) {
   const char* value = std::getenv(name);
