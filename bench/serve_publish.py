@@ -23,15 +23,18 @@ for the latency a user gets without tuning; 0 skips it):
   Publication latency = the first probe answer from version v - the moment publish_model(v)
   returned. Its resolution is one probe round trip (probe_round_trip_ms in the output). The
   next publication starts once the probe has seen the last one (and --gap-s later), so every
-  version is seen on its own.
+  version is seen on its own; --gap-s plus a random pause of up to --jitter-s (1 s), so that
+  the publications fall at every phase of the server's poll interval.
 - RSS (/proc/PID/status VmRSS, with RssAnon and RssFile) of the server after warm-up (the
   first version serving, --warmup-publications publications, --warmup-s of load), after
   `--measured` and after `--publications` publications. The A/A figure: the RSS change over
   --warmup-s more seconds of the same load with no publication, right after warm-up.
   Latency's repeat figure: the p99 of publications 1..measured next to that of the rest.
 
-The published model is a small MLP (16 -> 32 -> 4, max_batch_size 32, a warmup of 2 runs)
-with new weights each time, as examples/online-training publishes; SHOAL_MODEL_KEEP=3.
+The published model is an MLP (16 -> --hidden -> --hidden -> 4; 4.1 MiB of parameters by
+default, so that a version kept in memory after its unload would show: 200 of them would be
+800 MiB), max_batch_size 32 and a warmup of 2 runs, as examples/online-training publishes,
+with new weights each time; SHOAL_MODEL_KEEP=3.
 One JSON object on stdout; progress on stderr. Nothing asserts: targets are reported as met or
 not, with the figures.
 """
@@ -41,6 +44,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -88,7 +92,7 @@ def rss_mib(pid):
 class Publisher:
     """publish_model of a fresh MLP into the repository, in this process."""
 
-    def __init__(self, repository):
+    def __init__(self, repository, hidden):
         import torch
         import shoal
         self.torch, self.shoal, self.repository = torch, shoal, repository
@@ -97,12 +101,14 @@ class Publisher:
         class Mlp(torch.nn.Module):
             def __init__(self):
                 super().__init__()
-                self.hidden = torch.nn.Linear(FEATURES, 32)
-                self.out = torch.nn.Linear(32, 4)
+                self.first = torch.nn.Linear(FEATURES, hidden)
+                self.second = torch.nn.Linear(hidden, hidden)
+                self.out = torch.nn.Linear(hidden, 4)
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return self.out(torch.relu(self.hidden(x)))
+                return self.out(torch.relu(self.second(torch.relu(self.first(x)))))
         self.make = Mlp
+        self.parameter_bytes = sum(p.numel() * 4 for p in Mlp().parameters())
         self.config = {"max_batch_size": 32, "warmup": [
             {"count": 2, "inputs": {"x": {"dims": [1, FEATURES], "fill": "random"}}}]}
 
@@ -267,7 +273,8 @@ def run_configuration(name, args, shoal, serve_load, poll_ms, settle_ms, publica
         repository = tmp / "models"
         repository.mkdir()
         os.environ["SHOAL_MODEL_KEEP"] = "3"
-        publisher = Publisher(repository)
+        publisher = Publisher(repository, args.hidden)
+        result["model_parameter_mib"] = round(publisher.parameter_bytes / 2**20, 2)
         publisher.publish(seed=0)  # version 1, served from the start
         proc, port, error = start_server(shoal, repository, tmp, name, poll_ms, settle_ms)
         if error:
@@ -287,6 +294,7 @@ def run_configuration(name, args, shoal, serve_load, poll_ms, settle_ms, publica
             load.thread.start()
             latencies, missing = [], []
             seed = 1
+            pause_rng = random.Random(0)
 
             def publish_and_time(count):
                 nonlocal seed
@@ -299,7 +307,9 @@ def run_configuration(name, args, shoal, serve_load, poll_ms, settle_ms, publica
                         missing.append(version)
                     else:
                         out.append((seen - returned) * 1000.0)
-                    time.sleep(args.gap_s)
+                    # A random pause: publications at a fixed rhythm would lock onto the
+                    # server's poll phase and always wait the same part of the interval.
+                    time.sleep(args.gap_s + pause_rng.uniform(0, args.jitter_s))
                 return out
 
             publish_and_time(args.warmup_publications)
@@ -372,6 +382,9 @@ def parse_args(argv):
     p.add_argument("--warmup-publications", type=int, default=10)
     p.add_argument("--warmup-s", type=float, default=5.0)
     p.add_argument("--rate", type=float, default=200.0, help="steady load, requests/s")
+    p.add_argument("--hidden", type=int, default=1024,
+                   help="width of the published MLP's two hidden layers (1024: 4.1 MiB of "
+                        "parameters, so that a version left in memory would show in the RSS)")
     p.add_argument("--poll-ms", type=int, default=100, help="the `fast` server's poll")
     p.add_argument("--settle-ms", type=int, default=0, help="the `fast` server's settle time")
     p.add_argument("--defaults-publications", type=int, default=20,
@@ -382,9 +395,18 @@ def parse_args(argv):
                                     "(repeatable), e.g. 1000:0:20")
     p.add_argument("--gap-s", type=float, default=0.2,
                    help="pause after a version was seen, before the next publication")
+    p.add_argument("--jitter-s", type=float, default=1.0,
+                   help="plus a uniformly random pause of up to this much (covers the default "
+                        "1 s poll interval, so that publications sample every poll phase)")
     p.add_argument("--version-timeout-s", type=float, default=30.0)
     p.add_argument("--keep", action="store_true", help="keep the temporary directories")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.hidden < 1 or args.publications < 1 or not 1 <= args.measured <= args.publications \
+            or args.rate <= 0 or args.warmup_publications < 0 or args.warmup_s < 0 \
+            or args.gap_s < 0 or args.jitter_s < 0:
+        p.error("--hidden, --publications and --rate must be > 0, --measured from 1 to "
+                "--publications, --warmup-publications, --warmup-s, --gap-s and --jitter-s >= 0")
+    return args
 
 
 def main(argv=None):

@@ -23,17 +23,23 @@ def test_bad_options_exit_2_before_anything_runs():
     assert r.returncode == 2
     assert "expected POLL_MS:SETTLE_MS:N, got '100:0'" in r.stderr
     assert r.stdout == ""
+    r = run_bench("--publications", "10", "--measured", "20")
+    assert r.returncode == 2
+    assert "--measured from 1 to --publications" in r.stderr
+    assert r.stdout == ""
 
 
 def test_a_short_run_reports_every_figure_with_no_failed_request():
     r = run_bench("--publications", "4", "--measured", "2", "--warmup-publications", "1",
-                  "--warmup-s", "0.5", "--defaults-publications", "0", "--rate", "50")
+                  "--warmup-s", "0.5", "--defaults-publications", "0", "--rate", "50",
+                  "--hidden", "32", "--jitter-s", "0.1")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert "error" not in out, out
     fast = out["configurations"]["fast"]
     assert "error" not in fast, fast
     assert fast["poll_ms"] == 100 and fast["settle_ms"] == 0
+    assert fast["model_parameter_mib"] > 0
     latency = fast["publication_to_first_response"]
     assert latency["versions_never_seen"] == []
     assert latency["first_measured"]["n"] == 2 and latency["rest_repeat"]["n"] == 2
