@@ -10,9 +10,10 @@ features each) until --duration seconds have passed, or until SIGINT / SIGTERM, 
 stderr when a version answers for the first time (`load: version 3 answering`). Every answer
 other than a 200 whose body names a model_version is a failure. At the end one line on stdout:
 
-    load: 4000 requests, 0 failed, 9 versions seen (1..9), 8 switches, 0 went back, 99.8 req/s
+    load: 3004 requests, 0 failed, 8 versions seen (1..8), 28 switches, 0 went back, 99.8 req/s
 
-`switches`: how often a connection's next answer came from another version than its last;
+`switches`: how often a connection's next answer came from another version than its last
+(every connection counts its own: 4 connections see 7 new versions as 28 switches);
 `went back`: how often that other version was an older one (never, under the server's default
 `version_policy: latest`). With --json the line is a JSON object instead (also listing the
 first failures). Exit status 0 after a run (whatever the server answered), 1 when the model
