@@ -103,10 +103,14 @@ def main():
                         help="seconds between looks at --data-dir when nothing is pending")
     parser.add_argument("--idle-exit", type=float, default=0,
                         help="exit after this many seconds without a new file (0: never)")
+    parser.add_argument("--step-delay", type=float, default=0,
+                        help="sleep this long after every step (0: none), to stretch training "
+                             "so that a test can kill the trainer in the middle of a file")
     args = parser.parse_args()
-    if args.publish_every < 1 or args.batch_size < 1 or args.poll <= 0 or args.idle_exit < 0:
+    if args.publish_every < 1 or args.batch_size < 1 or args.poll <= 0 or args.idle_exit < 0 \
+            or args.step_delay < 0:
         print("train.py: --publish-every and --batch-size must be >= 1, --poll > 0, "
-              "--idle-exit >= 0", file=sys.stderr)
+              "--idle-exit and --step-delay >= 0", file=sys.stderr)
         return 2
     try:
         checkpointer = shoal.Checkpointer(dir=args.checkpoint_dir)
@@ -175,6 +179,8 @@ def main():
                 optimizer.step()
                 step += 1
                 shoal.progress(step)
+                if args.step_delay:
+                    time.sleep(args.step_delay)
             consumed.add(name)
             rows += len(labels)
             save()  # the file counts as consumed from here on, with the steps it caused

@@ -17,11 +17,14 @@ EXAMPLE = e2e.REPO_ROOT / "examples" / "online-training"
 
 def example_job(tmp_path):
     """examples/online-training/job.yaml with its /tmp/shoal-online paths moved under tmp_path,
-    its working directory the example's, and a shorter idle exit."""
+    its working directory the example's, a shorter idle exit and slower steps."""
     text = (EXAMPLE / "job.yaml").read_text()
     assert text.count("/tmp/shoal-online") >= 3 and "--idle-exit\", \"60\"" in text
     text = text.replace("/tmp/shoal-online", str(tmp_path / "online"))
-    text = text.replace("--idle-exit\", \"60\"", "--idle-exit\", \"6\"")
+    # 50 ms a step: a file (8 steps) takes longer to train on than the feeder takes to write
+    # the next, so the trainer is busy when it is killed, most likely in the middle of a file.
+    text = text.replace("--idle-exit\", \"60\"",
+                        "--idle-exit\", \"6\", \"--step-delay\", \"0.05\"")
     text = text.replace("    instances: 1\n", f"    instances: 1\n    working_dir: {EXAMPLE}\n")
     path = tmp_path / "job.yaml"
     path.write_text(text)
@@ -71,8 +74,9 @@ def test_online_training_serves_every_published_version_without_a_failed_request
 
         job_id = detach_job(job_file)
         fed = feed(base, 15)
-        # Two versions published: the trainer is in the middle of the stream. Kill it; the job
-        # restarts it from its newest checkpoint while the second half of the data arrives.
+        # Two versions published: the trainer is in the middle of the stream, with files
+        # waiting. Kill it; the job restarts it from its newest checkpoint (the file it was
+        # training on is trained on again from there) while the rest of the data arrives.
         e2e.wait_until(lambda: len(versions_on_disk(base)) >= 2, 90, "two published versions")
         trainer = shoal_status(job_id)["tasks"][0]
         assert e2e.kill_task(trainer["pid"], job_id), trainer
