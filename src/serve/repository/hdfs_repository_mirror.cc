@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "serve/repository/model_repository.h"
 
 namespace shoal::serve {
 namespace {
@@ -266,7 +267,11 @@ absl::Status HdfsRepositoryMirror::SyncModel(const std::string& model) {
       fs::remove_all(incoming, ec);
       continue;
     }
-    if (copied.ok()) fs::rename(incoming, local / version, ec);
+    if (copied.ok()) {
+      // The copy is renamed in whole: the marker lets the watcher load it at once.
+      std::ofstream(incoming / kVersionCompleteMarker).flush();
+      fs::rename(incoming, local / version, ec);
+    }
     if (!copied.ok() || ec) {
       fs::remove_all(incoming, ec);
       return copied.ok() ? absl::FailedPreconditionError(absl::StrCat(
