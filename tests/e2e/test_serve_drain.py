@@ -15,11 +15,13 @@ import subprocess
 import threading
 import time
 
+import grpc
 import pytest
 import torch
 import yaml
 
 import shoal_e2e as e2e
+from test_serve_grpc import pb  # noqa: F401 (fixture: the generated gRPC modules)
 
 
 class Identity(torch.nn.Module):
@@ -257,6 +259,25 @@ def test_a_second_signal_while_draining_exits_at_once(shoal_bin, tmp_path, secon
         assert (f"shoal serve: second signal ({name}): exiting at once, without the requests "
                 "in flight") in server.stderr()
     finally:
+        server.kill()
+
+
+def test_grpc_server_ready_is_false_while_draining_and_live_stays_true(shoal_bin, tmp_path, pb):
+    server = Server(shoal_bin, repository(tmp_path), tmp_path, "--drain-seconds", 600)
+    messages, stubs = pb
+    lines = server.stdout_path.read_text().splitlines()
+    channel = grpc.insecure_channel(f"127.0.0.1:{int(lines[1].rsplit(':', 1)[1])}")
+    try:
+        stub = stubs.GRPCInferenceServiceStub(channel)
+        assert stub.ServerReady(messages.ServerReadyRequest(), timeout=60).ready
+        server.signal(signal.SIGTERM)
+        e2e.wait_until(lambda: server.status("/v2/health/ready") == 503, 60, "ready to say 503")
+        assert not stub.ServerReady(messages.ServerReadyRequest(), timeout=60).ready
+        assert stub.ServerLive(messages.ServerLiveRequest(), timeout=60).live
+        server.signal(signal.SIGINT)
+        assert server.wait(60) == 1, server.stderr()
+    finally:
+        channel.close()
         server.kill()
 
 
