@@ -23,6 +23,7 @@
 #include "cli/backends_registry.h"
 #include "cli/daemons.h"
 #include "cli/kubernetes_commands.h"
+#include "cli/serve_manifests.h"
 #include "client/commands.h"
 #include "client/job_directory.h"
 #include "agent/agent_watchdog.h"
@@ -158,15 +159,16 @@ int RunShoal(int argc, char** argv) {
   shoal::serve::ServeOptions serve;
   auto* serve_cmd = app.add_subcommand(
       "serve", "Serve the TorchScript models of a model repository over KServe v2 REST and gRPC");
-  serve_cmd->add_option("--model-repository", serve.model_repository,
-                        "Directory of <model>/<version>/model.pt, or hdfs://NAMENODE[:PORT]/PATH "
-                        "(docs/serving.md)")
-      ->required();
+  auto* serve_repository_opt =
+      serve_cmd->add_option("--model-repository", serve.model_repository,
+                            "Directory of <model>/<version>/model.pt, or "
+                            "hdfs://NAMENODE[:PORT]/PATH (docs/serving.md)");
   serve_cmd->add_option("--repository-cache-dir", serve.repository_cache_dir,
                         "Where an hdfs:// repository is copied to be served (default: a "
                         "temporary directory, removed at exit)");
   serve_cmd->add_option("--http-port", serve.http_port, "HTTP port (default 8000; 0: a free one)");
-  serve_cmd->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
+  auto* serve_host_opt =
+      serve_cmd->add_option("--host", serve.host, "Address to listen on (default 127.0.0.1)");
   serve_cmd->add_option("--http-threads", serve.http_threads,
                         "HTTP event-loop threads (default 0: one per CPU the server may use)")
       ->check(CLI::Range(0, 1024));
@@ -178,7 +180,7 @@ int RunShoal(int argc, char** argv) {
   serve_cmd->add_option("--grpc-threads", serve.grpc_threads,
                         "Threads running gRPC inference calls (default 64)")
       ->check(CLI::Range(1, 4096));
-  serve_cmd->add_option("--token-file", serve.token_file,
+  auto* serve_token_opt = serve_cmd->add_option("--token-file", serve.token_file,
                         "File with the token callers must send as Authorization: Bearer (required "
                         "with a non-loopback --host; default $SHOAL_SERVE_TOKEN_FILE)");
   serve_cmd->add_option("--repository-poll-ms", serve.repository_poll_ms,
@@ -188,6 +190,44 @@ int RunShoal(int argc, char** argv) {
   serve_cmd->add_option("--repository-settle-ms", serve.repository_settle_ms,
                         "Load a new version once its files are unchanged this long (default 2000)")
       ->check(CLI::Range(int64_t{0}, int64_t{86'400'000}));
+  serve_cmd->add_option("--drain-seconds", serve.drain_seconds,
+                        "On SIGTERM, keep answering this long while /v2/health/ready says 503, "
+                        "before the listeners close (default 5; 0: close at once)")
+      ->check(CLI::Range(0, 3600));
+  serve_cmd->add_option("--finish-seconds", serve.finish_seconds,
+                        "Once the listeners closed, wait at most this long for the requests in "
+                        "flight (default 20)")
+      ->check(CLI::Range(1, 3600));
+  // Kubernetes (docs/serving.md, "Running on Kubernetes"): these flags only shape the manifests.
+  bool print_manifests = false;
+  shoal::cli::ServeManifestFlags manifests;
+  serve_cmd->add_flag("--print-manifests", print_manifests,
+                      "Print a Deployment, a Service and a token Secret that run this server on "
+                      "Kubernetes (kubectl apply -f -), instead of serving");
+  std::vector<CLI::Option*> manifest_opts = {
+      serve_cmd->add_option("--replicas", manifests.replicas,
+                            "Manifests: the number of server pods (default 2)")
+          ->check(CLI::Range(1, 1000)),
+      serve_cmd->add_option("--image", manifests.image,
+                            "Manifests: the image holding shoal and its TorchScript runtime "
+                            "(tools/kubernetes/agent_image.py --serve; default "
+                            "localhost/shoal-serve:latest)"),
+      serve_cmd->add_option("--image-pull-policy", manifests.image_pull_policy,
+                            "Manifests: Always, IfNotPresent (default) or Never"),
+      serve_cmd->add_option("--model-repository-volume", manifests.model_repository_volume,
+                            "Manifests: hostpath:/DIR or pvc:CLAIM, mounted read-only at /models"),
+      serve_cmd->add_option("--name", manifests.name,
+                            "Manifests: the Deployment's and Service's name (default shoal-serve)"),
+      serve_cmd->add_option("--namespace", manifests.ns,
+                            "Manifests: their namespace (default: none, kubectl's)"),
+      serve_cmd->add_option("--token-secret", manifests.token_secret,
+                            "Manifests: an existing Secret whose key 'token' callers must send "
+                            "(default: a Secret NAME-token with a random token is printed)"),
+      serve_cmd->add_option("--cpu", manifests.cpu,
+                            "Manifests: each pod's CPU request and limit (default 1)"),
+      serve_cmd->add_option("--memory", manifests.memory,
+                            "Manifests: each pod's memory request and limit (default 1Gi)"),
+  };
 
   shoal::ui::UiOptions ui;
   auto* ui_cmd = app.add_subcommand(
@@ -358,7 +398,32 @@ int RunShoal(int argc, char** argv) {
     return shoal::client::ServeTensorBoard(root, job, backends.JobSections());
   }
   if (resume_cmd->parsed()) return shoal::client::ResumeJob(root, job, self, resume_quiet);
-  if (serve_cmd->parsed()) return shoal::serve::RunServer(serve);
+  if (serve_cmd->parsed()) {
+    if (print_manifests) {
+      shoal::cli::ServeFlagsGiven given;
+      given.host = serve_host_opt->count() > 0;
+      given.token_file = serve_token_opt->count() > 0;
+      given.model_repository = serve_repository_opt->count() > 0;
+      std::vector<std::string> problems =
+          shoal::cli::ServeManifestProblems(manifests, serve, given);
+      for (const std::string& problem : problems) std::cerr << "shoal serve: " << problem << "\n";
+      if (!problems.empty()) return kExitUsage;
+      std::cout << shoal::cli::ServeManifests(manifests, serve);
+      return 0;
+    }
+    for (CLI::Option* opt : manifest_opts) {
+      if (opt->count() > 0) {
+        std::cerr << "shoal serve: " << opt->get_name() << " only shapes --print-manifests' "
+                  << "output; give --print-manifests too\n";
+        return kExitUsage;
+      }
+    }
+    if (serve.model_repository.empty()) {
+      std::cerr << "shoal serve: --model-repository is required\n";
+      return kExitUsage;
+    }
+    return shoal::serve::RunServer(serve);
+  }
   if (ui_cmd->parsed()) {
     ui.jobs_root = root;
     ui.shoal_binary = self;

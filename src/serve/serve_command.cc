@@ -7,6 +7,10 @@
 #include <arpa/inet.h>
 #include <malloc.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -16,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/local_address.h"
@@ -78,6 +83,41 @@ constexpr size_t kTrimWhenFreeBytes = 32 << 20;
 void ReturnFreedMemory() {
   struct mallinfo2 info = mallinfo2();
   if (info.fordblks >= kTrimWhenFreeBytes) malloc_trim(0);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// While the listeners stop, a second signal is looked for this often.
+constexpr std::chrono::milliseconds kStopPoll{20};
+
+const char* SignalName(int signal_number) {
+  return signal_number == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The signal of `signals` that arrives before `deadline`, or 0.
+int WaitForSignalUntil(const sigset_t& signals, Clock::time_point deadline) {
+  while (true) {
+    auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return 0;
+    auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec wait{static_cast<time_t>(nanos / 1'000'000'000),
+                  static_cast<long>(nanos % 1'000'000'000)};
+    int got = sigtimedwait(&signals, nullptr, &wait);
+    if (got > 0) return got;
+    // EAGAIN: the time is up (checked above); EINTR: another signal, wait on.
+  }
+}
+
+// A second signal while draining or stopping: whoever sent it wants the process gone now.
+[[noreturn]] void ExitAtOnce(int signal_number) {
+  std::cerr << "shoal serve: second signal (" << SignalName(signal_number)
+            << "): exiting at once, without the requests in flight" << std::endl;
+  std::fflush(nullptr);
+  std::_Exit(kExitFailure);
 }
 
 }  // namespace
@@ -150,7 +190,10 @@ int RunServer(const ServeOptions& options) {
   auto models = std::make_unique<ModelManager>(backend->get(), SystemClock::Get(), cpus,
                                                repository_dir);
 
+  // Set on SIGTERM, before the listeners close: the front ends then say they are not ready.
+  std::atomic<bool> draining{false};
   HttpServerOptions http_options;
+  http_options.draining = &draining;
   http_options.host = options.host;
   http_options.port = options.http_port;
   http_options.threads = options.http_threads > 0 ? options.http_threads : cpus;
@@ -164,6 +207,7 @@ int RunServer(const ServeOptions& options) {
     return kExitFailure;
   }
   GrpcServerOptions grpc_options;
+  grpc_options.draining = &draining;
   grpc_options.host = options.host;
   grpc_options.port = options.grpc_port;
   grpc_options.threads = options.grpc_threads;
@@ -202,13 +246,47 @@ int RunServer(const ServeOptions& options) {
   while ((signal_number = sigtimedwait(&signals, nullptr, &trim_interval)) < 0) {
     ReturnFreedMemory();
   }
-  std::cerr << "shoal serve: " << (signal_number == SIGINT ? "SIGINT" : "SIGTERM")
-            << ", shutting down" << std::endl;
-  // Stop taking requests and finish the ones being answered; then stop loading (the model
-  // being warmed up finishes first) and the models' instances.
-  std::thread grpc_stop([&] { (*grpc)->Stop(); });
-  (*http)->Stop();
-  grpc_stop.join();
+  const char* signal_name = SignalName(signal_number);
+  bool drain = signal_number == SIGTERM && options.drain_seconds > 0;
+  if (drain) {
+    draining.store(true);
+    std::cerr << "shoal serve: " << signal_name << ", shutting down: draining for "
+              << options.drain_seconds
+              << " s (/v2/health/ready answers 503, requests are still answered; a second "
+                 "SIGTERM or SIGINT exits at once)"
+              << std::endl;
+    auto drain_end = Clock::now() + std::chrono::seconds(options.drain_seconds);
+    if (int again = WaitForSignalUntil(signals, drain_end); again > 0) ExitAtOnce(again);
+  } else {
+    std::cerr << "shoal serve: " << signal_name << ", shutting down" << std::endl;
+  }
+  // Stop taking requests and finish the ones being answered, on a thread of its own so that a
+  // second signal, or the end of --finish-seconds, can still end the process; then stop
+  // loading (the model being warmed up finishes first) and the models' instances.
+  auto stop_started = Clock::now();
+  std::atomic<bool> listeners_stopped{false};
+  std::thread stopper([&] {
+    std::thread grpc_stop([&] { (*grpc)->Stop(); });
+    (*http)->Stop();
+    grpc_stop.join();
+    listeners_stopped.store(true);
+  });
+  auto finish_end = stop_started + std::chrono::seconds(options.finish_seconds);
+  while (!listeners_stopped.load()) {
+    if (int again = WaitForSignalUntil(signals, std::min(finish_end, Clock::now() + kStopPoll));
+        again > 0) {
+      ExitAtOnce(again);
+    }
+    if (!listeners_stopped.load() && Clock::now() >= finish_end) {
+      std::cerr << "shoal serve: requests still in flight " << options.finish_seconds
+                << " s after the listeners closed (--finish-seconds); exiting without them"
+                << std::endl;
+      std::fflush(nullptr);
+      std::_Exit(kExitFailure);
+    }
+  }
+  stopper.join();
+  double finish_took = SecondsSince(stop_started);
   models->Cancel();
   loader.join();
   watcher.reset();
@@ -216,6 +294,15 @@ int RunServer(const ServeOptions& options) {
   http->reset();
   grpc->reset();
   models.reset();
+  if (drain) {
+    std::cerr << "shoal serve: stopped: drained for " << options.drain_seconds
+              << " s, then closed the listeners and finished the requests in flight in "
+              << absl::StrFormat("%.2f", finish_took) << " s" << std::endl;
+  } else {
+    std::cerr << "shoal serve: stopped: closed the listeners and finished the requests in "
+                 "flight in "
+              << absl::StrFormat("%.2f", finish_took) << " s" << std::endl;
+  }
   return kExitOk;
 }
 

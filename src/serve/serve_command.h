@@ -31,9 +31,17 @@ struct ServeOptions {
   int64_t repository_poll_ms = 1000;
   // How long a version directory's files must stay unchanged before the watcher loads it.
   int64_t repository_settle_ms = 2000;
+  // On SIGTERM: how long the server keeps answering while /v2/health/ready says 503, so that
+  // load balancers (a Kubernetes Service's endpoints) stop sending to it before it stops
+  // accepting. 0: stop at once. SIGINT never drains. docs/serving.md, "Running on Kubernetes".
+  int drain_seconds = 5;
+  // After the listeners close: how long the requests in flight may take to be answered before
+  // the server exits without them.
+  int finish_seconds = 20;
 };
 
-// Serves the repository's models over REST and gRPC until SIGINT or SIGTERM. Prints
+// Serves the repository's models over REST and gRPC until SIGINT or SIGTERM (SIGTERM drains
+// first: drain_seconds above; a second signal exits at once, with 1). Prints
 //   shoal serve: listening on http://HOST:PORT
 //   shoal serve: listening on grpc://HOST:PORT
 // on stdout once both ports are bound (models load after that; /v2/health/ready says when they

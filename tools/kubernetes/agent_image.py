@@ -3,6 +3,7 @@
 
   agent_image.py --shoal BUILD/src/cli/shoal --output shoal-agent.tar
                  [--sdk sdk/python/shoal] [--image localhost/shoal-agent:latest]
+                 [--serve BUILD/src/serve/libshoal_serve_torch.so]
 
 Writes an OCI archive (import it with `ctr -n k8s.io images import`, `podman load`, or push it
 with `skopeo copy oci-archive:shoal-agent.tar docker://REGISTRY/shoal-agent:TAG`) whose
@@ -21,6 +22,15 @@ user's container, where /opt/shoal/bin/shoal agent then runs. The user's image n
 of Shoal installed. With kubernetes.agent_host_path, the DaemonSet of `shoal kubernetes
 agent-daemonset` runs this image's own /opt/shoal/bin/shoal kubernetes agent-install instead, once
 per node. Needs strip (binutils), patchelf and ldd on this machine.
+
+With --serve MODULE the image also runs `shoal serve` (the pods of `shoal serve
+--print-manifests`, docs/serving.md "Running on Kubernetes"): it adds the TorchScript runtime
+module as /opt/shoal/lib/shoal/ (where shoal looks for it beside its binary) and every library
+ldd lists for it (libtorch and its ~290 dependencies, about 0.5 GB) to /opt/shoal/lib, sets
+LD_LIBRARY_PATH=/opt/shoal/lib (some of them, libblas through update-alternatives, carry a
+RUNPATH of their own that would otherwise hide the folder from their dependencies) and makes
+`shoal serve --model-repository /models` its default command. Use another tag for it: the
+agent's init container copies all of /opt/shoal into every job pod.
 """
 
 import argparse
@@ -94,12 +104,17 @@ def sdk_files(sdk_dir):
     return found
 
 
-def build(shoal, sdk_dir, image, output):
+def build(shoal, sdk_dir, image, output, serve_module=None):
     if not os.path.isfile(shoal) or not os.access(shoal, os.X_OK):
         raise ImageError(f"--shoal {shoal}: not an executable file")
+    if serve_module is not None and not os.path.isfile(serve_module):
+        raise ImageError(f"--serve {serve_module}: not a file (build the shoal_serve_torch target)")
     if not os.path.isfile(BUSYBOX):
         raise ImageError(f"{BUSYBOX} is missing (apt-get install busybox-static)")
     libraries, loader = shared_libraries(shoal)
+    if serve_module is not None:
+        module_libraries, _ = shared_libraries(serve_module)
+        libraries.update(module_libraries)
     sources = sdk_files(sdk_dir)
     output_dir = os.path.dirname(os.path.abspath(output))
     os.makedirs(output_dir, exist_ok=True)
@@ -110,6 +125,12 @@ def build(shoal, sdk_dir, image, output):
         # dependencies, so none of them is looked up in the user's image.
         run(["patchelf", "--set-interpreter", f"{PREFIX}/lib/{LOADER_NAME}",
              "--force-rpath", "--set-rpath", f"{PREFIX}/lib", patched])
+        module_name = None
+        if serve_module is not None:
+            module_name = os.path.basename(serve_module)
+            patched_module = os.path.join(work, module_name)
+            run(["strip", "--strip-unneeded", "-o", patched_module, serve_module])
+            run(["patchelf", "--force-rpath", "--set-rpath", f"{PREFIX}/lib", patched_module])
         layer = oci_archive.LayerWriter(os.path.join(work, "layer.tar"))
         with layer:
             for directory in ("bin", "opt", "opt/shoal", "opt/shoal/bin", "opt/shoal/lib",
@@ -120,6 +141,9 @@ def build(shoal, sdk_dir, image, output):
             for soname, path in sorted(libraries.items()):
                 layer.add_path(os.path.realpath(path), f"opt/shoal/lib/{soname}")
             layer.add_path(os.path.realpath(loader), f"opt/shoal/lib/{LOADER_NAME}")
+            if module_name is not None:
+                layer.add_dir("opt/shoal/lib/shoal")
+                layer.add_path(patched_module, f"opt/shoal/lib/shoal/{module_name}")
             added_dirs = set()
             for path, relative in sources:
                 parent = os.path.dirname(relative)
@@ -130,9 +154,12 @@ def build(shoal, sdk_dir, image, output):
             layer.add_path(os.path.realpath(BUSYBOX), "bin/busybox")
             for applet in BUSYBOX_LINKS:
                 layer.add_symlink(f"bin/{applet}", "busybox")
-        digest = oci_archive.write_archive(
-            output, image, layer, cmd=["/bin/cp", "-a", f"{PREFIX}/.", "/mnt/shoal/"],
-            env=["PATH=/bin"])
+        if module_name is None:
+            cmd, env = ["/bin/cp", "-a", f"{PREFIX}/.", "/mnt/shoal/"], ["PATH=/bin"]
+        else:
+            cmd = [f"{PREFIX}/bin/shoal", "serve", "--model-repository", "/models"]
+            env = ["PATH=/bin", f"LD_LIBRARY_PATH={PREFIX}/lib"]
+        digest = oci_archive.write_archive(output, image, layer, cmd=cmd, env=env)
     return digest, sorted(libraries)
 
 
@@ -146,9 +173,14 @@ def main(argv):
     parser.add_argument("--image", default=DEFAULT_IMAGE,
                         help=f"image name and tag (default {DEFAULT_IMAGE})")
     parser.add_argument("--output", required=True, help="the OCI archive to write")
+    parser.add_argument("--serve", metavar="MODULE",
+                        help="also bundle this TorchScript runtime module "
+                             "(BUILD/src/serve/libshoal_serve_torch.so) and its libraries, for "
+                             "`shoal serve` pods")
     args = parser.parse_args(argv)
     try:
-        digest, libraries = build(args.shoal, os.path.normpath(args.sdk), args.image, args.output)
+        digest, libraries = build(args.shoal, os.path.normpath(args.sdk), args.image, args.output,
+                                  args.serve)
     except (ImageError, ValueError, OSError) as e:
         print(f"agent_image: error: {e}", file=sys.stderr)
         return 1

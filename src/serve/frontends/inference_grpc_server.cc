@@ -40,6 +40,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   InferenceService(const GrpcServerOptions& options, const ModelManager* models)
       : models_(models),
         auth_token_(options.auth_token),
+        draining_(options.draining),
         server_version_(options.server_version),
         pool_(std::max(1, options.threads)) {}
 
@@ -59,7 +60,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                         const inference::ServerReadyRequest*,
                                         inference::ServerReadyResponse* response) override {
     return Answer(context, [&] {
-      response->set_ready(models_->IsLoaded());
+      bool draining = draining_ != nullptr && draining_->load();
+      response->set_ready(!draining && models_->IsLoaded());
       return grpc::Status::OK;
     });
   }
@@ -182,6 +184,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   const ModelManager* const models_;
   const std::string auth_token_;
+  const std::atomic<bool>* const draining_;
   const std::string server_version_;
   WorkerPool pool_;
 };

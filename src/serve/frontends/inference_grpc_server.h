@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -23,6 +24,9 @@ struct GrpcServerOptions {
   // Non-empty: every call must carry the metadata `authorization: Bearer <auth_token>` (else
   // UNAUTHENTICATED).
   std::string auth_token;
+  // While set, ServerReady answers false (the server is about to stop). Null: never. Must
+  // outlive the server.
+  const std::atomic<bool>* draining = nullptr;
 };
 
 // KServe v2's inference.GRPCInferenceService (proto/inference/grpc_predict_v2.proto,

@@ -269,6 +269,12 @@ void InferenceRoutes::Handle(HttpRequest req, HttpReplyFn reply) const {
   if (segments[1] == "health" && segments.size() == 3 && get) {
     if (segments[2] == "live") return Send(reply, JsonReply({{"live", true}}));
     if (segments[2] == "ready") {
+      if (options_.draining != nullptr && options_.draining->load()) {
+        // Not a 4xx like loading: the server is going away, not waiting for something.
+        return Send(reply, JsonReply({{"ready", false},
+                                      {"error", "the server is shutting down (draining)"}},
+                                     503));
+      }
       if (models_->IsLoaded()) return Send(reply, JsonReply({{"ready", true}}));
       // KServe v2: readiness false is a 4xx.
       return Send(reply,

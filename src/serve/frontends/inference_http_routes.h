@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -43,6 +44,8 @@ class InferenceRoutes {
   struct Options {
     std::string server_version;
     std::string backend_description;
+    // While set, /v2/health/ready answers 503 (the server is about to stop). Null: never.
+    const std::atomic<bool>* draining = nullptr;
   };
   // `models` and `blocking` must outlive the routes and every reply they owe.
   InferenceRoutes(Options options, ModelManager* models, WorkerPool* blocking)

@@ -69,6 +69,9 @@ struct ServerState {
   size_t max_body_bytes = 0;
   std::string auth_token;
   std::atomic<bool> stopping{false};
+  const std::atomic<bool>* draining = nullptr;  // HttpServerOptions::draining
+
+  bool Draining() const { return draining != nullptr && draining->load(); }
   // Requests read and not yet answered; Stop() waits for them.
   std::mutex mu;
   std::condition_variable idle;
@@ -261,7 +264,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The status line and header are formatted here and sent with the body in one gather
   // write: Beast's generic serializer cost more than the rest of a small request's handling.
   void WriteReply(HttpReply reply, bool counted, bool close) {
-    close = close || !keep_alive_ || state_->stopping;
+    close = close || !keep_alive_ || state_->stopping || state_->Draining();
     head_.clear();
     beast::string_view reason =
         http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)));
@@ -335,8 +338,9 @@ struct InferenceHttpServer::Impl {
 
   explicit Impl(const HttpServerOptions& options, ModelManager* models)
       : blocking(std::max(1, options.blocking_threads)),
-        routes({options.server_version, options.backend_description},
+        routes({options.server_version, options.backend_description, options.draining},
                models, &blocking) {
+    state.draining = options.draining;
     state.routes = &routes;
     state.max_body_bytes = options.max_body_bytes;
     state.auth_token = options.auth_token;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,11 @@ struct HttpServerOptions {
   std::string backend_description;  // shown in server metadata
   // Non-empty: every request must carry `Authorization: Bearer <auth_token>` (else 401).
   std::string auth_token;
+  // Set while the server drains before it stops (SIGTERM, docs/serving.md "Running on
+  // Kubernetes"): /v2/health/ready answers 503 and every reply closes its connection, so that
+  // a client reconnects through its load balancer, which no longer sends it here. Null: never.
+  // Must outlive the server.
+  const std::atomic<bool>* draining = nullptr;
 };
 
 // The KServe v2 REST endpoints (inference_http_routes.h, docs/serving.md) over HTTP/1.1 with
