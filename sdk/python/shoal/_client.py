@@ -5,7 +5,8 @@ One Unix stream connection per process, opened on first use and re-created in a 
 come back in request order, so a request and the read of its reply happen under one lock.
 
 Two kinds of calls:
-- `report(op, step)`: fire-and-forget (`progress`, `checkpointed`). Never raises for a socket
+- `report(op, step)`: fire-and-forget (`progress`, `checkpointed`; `report_fields` for
+  `published`, whose fields are its own). Never raises for a socket
   problem: a broken connection is re-made once and the line re-sent; if that fails too, reports
   are disabled for the rest of the process with one warning on stderr.
 - `request(fields)`: waits for the reply (`resumed`, `lease`, `done`). A broken connection is
@@ -174,7 +175,19 @@ class _ProcessClient:
     def report(self, op, step):
         if self.reports_disabled:
             return
-        line = (self._report_prefix[op] + str(step) + "}\n").encode()
+        self._send_report((self._report_prefix[op] + str(step) + "}\n").encode())
+
+    def report_fields(self, fields):
+        """A fire-and-forget report with fields of its own (`published`), under `report`'s
+        policy."""
+        if self.reports_disabled:
+            return
+        message = {"op": fields["op"], "task": self.task, "attempt": self.attempt}
+        message.update(fields)
+        self._send_report(
+            (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode())
+
+    def _send_report(self, line):
         with self.lock:
             if self.reports_disabled:
                 return
