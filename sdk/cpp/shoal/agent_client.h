@@ -62,17 +62,16 @@ class AgentClient {
   void Report(const char* op, uint64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!Refresh() || reports_disabled_) return;
-    std::string line = Line(op, step);
-    std::string error;
-    if (SendLocked(line, &error)) return;
-    CloseLocked();
-    if (SendLocked(line, &error)) return;
-    CloseLocked();
-    reports_disabled_ = true;
-    std::fprintf(stderr,
-                 "shoal: cannot reach the Shoal agent at %s (%s); progress and checkpoint "
-                 "reports are disabled for this process\n",
-                 address_.c_str(), error.c_str());
+    SendReportLocked(Line(op, step));
+  }
+
+  // Fire-and-forget, with fields of its own: `fields` is the rest of the JSON object after op,
+  // task and attempt (`"model":"m","version":3`). Same policy as Report.
+  void ReportFields(const char* op, const std::string& fields) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Refresh() || reports_disabled_) return;
+    SendReportLocked(std::string("{\"op\":\"") + op + "\",\"task\":" + task_json_ +
+                     ",\"attempt\":" + std::to_string(attempt_) + "," + fields + "}\n");
   }
 
   ReportResult Request(const char* op, uint64_t step) {
@@ -119,6 +118,20 @@ class AgentClient {
     task_json_ = JsonString(std::string(role ? role : "") + ":" + (index && *index ? index : "0"));
     attempt_ = attempt ? std::strtoll(attempt, nullptr, 10) : 0;
     return true;
+  }
+
+  // Sends a report line, re-making a broken connection once; then disables reports.
+  void SendReportLocked(const std::string& line) {
+    std::string error;
+    if (SendLocked(line, &error)) return;
+    CloseLocked();
+    if (SendLocked(line, &error)) return;
+    CloseLocked();
+    reports_disabled_ = true;
+    std::fprintf(stderr,
+                 "shoal: cannot reach the Shoal agent at %s (%s); progress and checkpoint "
+                 "reports are disabled for this process\n",
+                 address_.c_str(), error.c_str());
   }
 
   void ResetLocked() {
