@@ -1,0 +1,97 @@
+"""A task's publications are recorded: every shoal.publish_model of a task under Shoal is a
+model_published event in the job's journal, the last one is in status.json and `shoal status`
+(text and --json) shows it; a bad report never gets that far."""
+
+import json
+import re
+
+import shoal_e2e as e2e
+
+TRAIN = """
+    import json, os, socket, shoal, torch
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    saved = "scale.pt"
+    torch.jit.script(Scale()).save(saved)
+    print("published", shoal.publish_model(saved, "mlp", step=100, metrics={"loss": 0.5}))
+    # A bad metric is refused before anything is written, and reports nothing.
+    try:
+        shoal.publish_model(saved, "mlp", step=150, metrics={"loss": float("nan")})
+    except shoal.PublishError as e:
+        print("refused:", e)
+    print("published", shoal.publish_model(saved, "mlp", step=200,
+                                           metrics={"loss": torch.tensor(0.25), "accuracy": 0.875}))
+    # A report the SDK would never send, straight onto the agent's socket: refused there.
+    address = os.environ["SHOAL_AGENT_SOCKET"]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(b"\\0" + address[1:].encode())
+        bad = {"op": "published", "task": "trainer:0", "attempt": 0, "model": "mlp",
+               "version": 99, "repository": "/x", "metrics": {"loss": "low"}}
+        s.sendall((json.dumps(bad) + "\\n").encode())
+        # The end of our own stream, so the agent has read the line before we exit.
+        s.shutdown(socket.SHUT_WR)
+        s.recv(100)
+    """
+
+
+def test_publications_are_journaled_and_the_last_is_in_the_status(run_shoal, write_file,
+                                                                   write_job, jobs_dir, tmp_path,
+                                                                   shoal_status):
+    write_file("train.py", TRAIN)
+    job = write_job(f"""
+        name: recorder
+        publish: {{repository: ./models}}
+        roles:
+          trainer:
+            instances: 1
+            command: ["{e2e.PYTHON}", "train.py"]
+        """)
+    (tmp_path / "models").mkdir()
+    r = run_shoal("run", job, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "published 1" in r.stdout and "published 2" in r.stdout
+    assert "refused: publish_model: metric 'loss' must be a finite number" in r.stdout
+    assert sorted(e for e in (tmp_path / "models" / "mlp").iterdir()
+                  if e.name.isdigit()) == [tmp_path / "models" / "mlp" / v for v in ("1", "2")]
+
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    events = e2e.read_events(job_dir)
+    published = [e for e in events if e["type"] == "model_published"]
+    repository = str(tmp_path / "models")
+    assert [{k: e[k] for k in ("task", "model", "version", "repository", "step", "metrics")}
+            for e in published] == [
+        {"task": "trainer:0", "model": "mlp", "version": 1, "repository": repository,
+         "step": 100, "metrics": {"loss": 0.5}},
+        {"task": "trainer:0", "model": "mlp", "version": 2, "repository": repository,
+         "step": 200, "metrics": {"accuracy": 0.875, "loss": 0.25}},
+    ]
+    log = (job_dir / "master.log").read_text()
+    assert ("task trainer:0 attempt 0: refused a 'published' report: metric 'loss' must be a "
+            "finite number") in log, log
+
+    expected = {"task": "trainer:0", "model": "mlp", "version": 2, "repository": repository,
+                "step": 200, "metrics": {"accuracy": 0.875, "loss": 0.25},
+                "unix_ms": published[1]["ts"]}
+    assert json.loads((job_dir / "status.json").read_text())["last_publication"] == expected
+    assert shoal_status(job_dir.name)["last_publication"] == expected
+    human = run_shoal("status", job_dir.name, timeout=30)
+    assert human.returncode == 0, human.stderr
+    assert re.search(r"^model   mlp version 2 at step 200 \(accuracy 0\.875, loss 0\.25\), "
+                     r"published by trainer:0 \d+s ago$", human.stdout, re.M), human.stdout
+
+
+def test_a_job_without_publications_shows_none(run_shoal, write_job, jobs_dir, shoal_status):
+    job = write_job("""
+        name: quiet
+        roles:
+          trainer: {instances: 1, command: ["/bin/true"]}
+        """)
+    r = run_shoal("run", job, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (job_dir,) = e2e.job_dirs(jobs_dir)
+    assert shoal_status(job_dir.name)["last_publication"] is None
+    human = run_shoal("status", job_dir.name, timeout=30)
+    assert "model " not in human.stdout
