@@ -8,7 +8,7 @@ import re
 import shoal_e2e as e2e
 
 TRAIN = """
-    import json, os, socket, shoal, torch
+    import json, os, socket, time, shoal, torch
 
     class Scale(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -34,11 +34,16 @@ TRAIN = """
         # The end of our own stream, so the agent has read the line before we exit.
         s.shutdown(socket.SHUT_WR)
         s.recv(100)
+    # Running on until the test has seen the publication in the live master's status.
+    deadline = time.time() + 120
+    while not os.path.exists("release") and time.time() < deadline:
+        time.sleep(0.05)
     """
 
 
 def test_publications_are_journaled_and_the_last_is_in_the_status(run_shoal, write_file,
                                                                    write_job, jobs_dir, tmp_path,
+                                                                   detach_job, wait_for_state,
                                                                    shoal_status):
     write_file("train.py", TRAIN)
     job = write_job(f"""
@@ -50,17 +55,36 @@ def test_publications_are_journaled_and_the_last_is_in_the_status(run_shoal, wri
             command: ["{e2e.PYTHON}", "train.py"]
         """)
     (tmp_path / "models").mkdir()
-    r = run_shoal("run", job, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "published 1" in r.stdout and "published 2" in r.stdout
-    assert "refused: publish_model: metric 'loss' must be a finite number" in r.stdout
-    assert sorted(e for e in (tmp_path / "models" / "mlp").iterdir()
-                  if e.name.isdigit()) == [tmp_path / "models" / "mlp" / v for v in ("1", "2")]
+    job_id = detach_job(job)
+    repository = str(tmp_path / "models")
+    line_re = (r"^model   mlp version 2 at step 200 \(accuracy 0\.875, loss 0\.25\), "
+               r"published by trainer:0 \d+s ago$")
 
-    (job_dir,) = e2e.job_dirs(jobs_dir)
+    # While the job runs, from its master.
+    live = wait_for_state(job_id, lambda s: (s.get("last_publication") or {}).get("version") == 2,
+                          120, "the second publication in the live status")
+    assert live["state"] == "running"
+    assert {k: v for k, v in live["last_publication"].items() if k != "unix_ms"} == {
+        "task": "trainer:0", "model": "mlp", "version": 2, "repository": repository,
+        "step": 200, "metrics": {"accuracy": 0.875, "loss": 0.25}}
+    human = run_shoal("status", job_id, timeout=30)
+    assert human.returncode == 0, human.stderr
+    assert re.search(line_re, human.stdout, re.M), human.stdout
+
+    (tmp_path / "release").touch()
+    done = wait_for_state(job_id, lambda s: s["state"] in ("succeeded", "failed"), 120,
+                         "the job to end")
+    assert done["state"] == "succeeded", done
+    logs = run_shoal("logs", job_id, timeout=30).stdout
+    assert "published 1" in logs and "published 2" in logs, logs
+    assert "refused: publish_model: metric 'loss' must be a finite number" in logs, logs
+    assert sorted(e.name for e in (tmp_path / "models" / "mlp").iterdir()
+                  if e.name.isdigit()) == ["1", "2"]
+
+    # Afterwards, from the job's files: the journal has both, status.json the last.
+    job_dir = jobs_dir / job_id
     events = e2e.read_events(job_dir)
     published = [e for e in events if e["type"] == "model_published"]
-    repository = str(tmp_path / "models")
     assert [{k: e[k] for k in ("task", "model", "version", "repository", "step", "metrics")}
             for e in published] == [
         {"task": "trainer:0", "model": "mlp", "version": 1, "repository": repository,
@@ -75,12 +99,12 @@ def test_publications_are_journaled_and_the_last_is_in_the_status(run_shoal, wri
     expected = {"task": "trainer:0", "model": "mlp", "version": 2, "repository": repository,
                 "step": 200, "metrics": {"accuracy": 0.875, "loss": 0.25},
                 "unix_ms": published[1]["ts"]}
+    assert live["last_publication"] == expected
     assert json.loads((job_dir / "status.json").read_text())["last_publication"] == expected
-    assert shoal_status(job_dir.name)["last_publication"] == expected
-    human = run_shoal("status", job_dir.name, timeout=30)
+    assert shoal_status(job_id)["last_publication"] == expected
+    human = run_shoal("status", job_id, timeout=30)
     assert human.returncode == 0, human.stderr
-    assert re.search(r"^model   mlp version 2 at step 200 \(accuracy 0\.875, loss 0\.25\), "
-                     r"published by trainer:0 \d+s ago$", human.stdout, re.M), human.stdout
+    assert re.search(line_re, human.stdout, re.M), human.stdout
 
 
 def test_a_job_without_publications_shows_none(run_shoal, write_job, jobs_dir, shoal_status):
