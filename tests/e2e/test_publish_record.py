@@ -3,7 +3,9 @@ model_published event in the job's journal, the last one is in status.json and `
 (text and --json) shows it; a bad report never gets that far."""
 
 import json
+import os
 import re
+import signal
 
 import shoal_e2e as e2e
 
@@ -119,3 +121,61 @@ def test_a_job_without_publications_shows_none(run_shoal, write_job, jobs_dir, s
     assert shoal_status(job_dir.name)["last_publication"] is None
     human = run_shoal("status", job_dir.name, timeout=30)
     assert "model " not in human.stdout
+
+
+RECOVERY_TRAIN = """
+    import os, time, shoal, torch
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    torch.jit.script(Scale()).save("scale.pt")
+
+    def wait_for(name):
+        deadline = time.time() + 120
+        while not os.path.exists(name) and time.time() < deadline:
+            time.sleep(0.05)
+
+    print("published", shoal.publish_model("scale.pt", "mlp", step=10, metrics={"loss": 0.5}))
+    wait_for("release")
+    print("published", shoal.publish_model("scale.pt", "mlp", step=20, metrics={"loss": 0.25}))
+    """
+
+
+def test_a_recovered_master_keeps_the_last_publication_and_records_new_ones(
+        write_file, write_job, detach_job, start_shoal, jobs_dir, tmp_path, wait_for_state):
+    write_file("train.py", RECOVERY_TRAIN)
+    job = write_job(f"""
+        name: recorder-recovery
+        publish: {{repository: ./models}}
+        roles:
+          trainer:
+            instances: 1
+            command: ["{e2e.PYTHON}", "train.py"]
+        """)
+    (tmp_path / "models").mkdir()
+    job_id = detach_job(job, env={"SHOAL_AGENT_MASTER_GRACE_MS": "15000"})
+    job_dir = jobs_dir / job_id
+    first = wait_for_state(job_id, lambda s: s.get("last_publication") is not None, 120,
+                           "the first publication")["last_publication"]
+    assert first["version"] == 1 and first["step"] == 10
+    old_master = json.loads((job_dir / "master.json").read_text())["pid"]
+    os.kill(old_master, signal.SIGKILL)
+
+    client = start_shoal("resume", job_id)
+    e2e.wait_until(lambda: e2e.events_of(e2e.read_events(job_dir), "master_recovered"), 60,
+                   "the new master")
+    # The new master rebuilt the last publication from the journal.
+    again = wait_for_state(job_id, lambda s: json.loads((job_dir / "master.json").read_text())
+                           ["pid"] != old_master and s["state"] == "running", 60,
+                           "the new master's status")
+    assert again["last_publication"] == first
+    (tmp_path / "release").touch()
+    assert client.wait(timeout=120) == 0, client.stderr()
+    final = json.loads((job_dir / "status.json").read_text())
+    assert final["state"] == "succeeded", final
+    assert {k: final["last_publication"][k] for k in ("version", "step", "metrics")} == {
+        "version": 2, "step": 20, "metrics": {"loss": 0.25}}
+    published = e2e.events_of(e2e.read_events(job_dir), "model_published")
+    assert [(e["version"], e["step"]) for e in published] == [(1, 10), (2, 20)]
