@@ -627,10 +627,13 @@ TEST_F(SdkPublishTest, CppAndPythonPublishersOfOneModelNeverShareANumber) {
 // ---------------------------------------------------------------------------------------------
 // Reports, against a fake agent listening on an abstract Unix socket.
 
-// Records every request line; answers `resumed` with `resumed_reply`, nothing to the others.
+// Records every request line; answers `resumed` with `resumed_reply`, `published` with
+// `published_reply` when one is given (as an agent older than that op does), nothing to the
+// others.
 class FakeAgent {
  public:
-  explicit FakeAgent(std::string resumed_reply) : resumed_reply_(std::move(resumed_reply)) {
+  explicit FakeAgent(std::string resumed_reply, std::string published_reply = "")
+      : resumed_reply_(std::move(resumed_reply)), published_reply_(std::move(published_reply)) {
     static int counter = 0;
     name_ = "shoal-sdk-cc-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
     listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -701,6 +704,11 @@ class FakeAgent {
           std::string reply = resumed_reply_ + "\n";
           ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
         }
+        if (!published_reply_.empty() &&
+            line.find("\"op\":\"published\"") != std::string::npos) {
+          std::string reply = published_reply_ + "\n";
+          ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
         std::lock_guard<std::mutex> lock(mu_);
         lines_.push_back(line);
         cv_.notify_all();
@@ -710,6 +718,7 @@ class FakeAgent {
 
   std::string name_;
   std::string resumed_reply_;
+  std::string published_reply_;
   int listen_fd_ = -1;
   std::thread accept_thread_;
   std::mutex mu_;
@@ -775,13 +784,37 @@ TEST_F(SdkReportTest, APublicationIsReportedWithItsStepAndMetrics) {
   bare.repository = options.repository;
   ASSERT_TRUE(PublishModel((dir / "model.pt").string(), "mlp", bare));
   fs::remove_all(dir);
-  EXPECT_EQ(agent.WaitForLines(2),
+  // Each on a connection of its own, so they may arrive in either order.
+  std::vector<std::string> lines = agent.WaitForLines(2);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines,
             (std::vector<std::string>{
                 R"({"op":"published","task":"worker:1","attempt":2,"model":"mlp","version":1,)"
                 R"("repository":")" + (dir / "repo").string() +
                     R"(","metrics":{"accuracy":0.875,"loss":0.12,"samples":64000},"step":1200})",
                 R"({"op":"published","task":"worker:1","attempt":2,"model":"mlp","version":2,)"
                 R"("repository":")" + (dir / "repo").string() + R"(","metrics":{}})"}));
+}
+
+TEST_F(SdkReportTest, AnOlderAgentsErrorAnswerToAPublicationIsNotTakenForTheNextReply) {
+  // An agent that does not know `published` answers it although the op wants no reply; on the
+  // process's connection that answer would be read as the reply to its next ReportResumed.
+  FakeAgent agent(R"({"ok":true})", R"({"ok":false,"error":"unknown op 'published'"})");
+  ::setenv("SHOAL_AGENT_SOCKET", agent.address().c_str(), 1);
+  std::string pattern = (fs::temp_directory_path() / "shoal-sdk-publish-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  fs::path dir = pattern;
+  fs::create_directory(dir / "repo");
+  WriteAll(dir / "model.pt", "PK model");
+  ReportProgress(1);  // the process's connection is open before the publication
+  PublishOptions options;
+  options.repository = (dir / "repo").string();
+  PublishResult published = PublishModel((dir / "model.pt").string(), "mlp", options);
+  fs::remove_all(dir);
+  ASSERT_TRUE(published.ok) << published.error;
+  agent.WaitForLines(2);
+  ReportResult resumed = ReportResumed(3);
+  EXPECT_TRUE(resumed.ok) << resumed.error;
 }
 
 TEST_F(SdkReportTest, ARefusedResumedReturnsTheAgentsReason) {

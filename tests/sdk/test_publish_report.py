@@ -27,22 +27,45 @@ def saved(tmp_path):
 def test_the_publication_is_reported_after_the_version_is_in_place(agent, tmp_path, saved):
     repo = tmp_path / "repo"
     repo.mkdir()
-    seen_in_place = []
-    # The agent looks at the repository when the report arrives: the version is already there.
-    agent.handler = lambda m: seen_in_place.append(versions(str(repo), "mlp")) and None
+    seen_in_place = {}
+
+    def look(message):
+        # The agent looks at the repository when the report arrives: the version is there.
+        if message.get("op") == "published":
+            seen_in_place[message["version"]] = versions(str(repo), "mlp")
+    agent.handler = look
     assert shoal.publish_model(saved, "mlp", repository=str(repo), step=1200,
                                metrics={"loss": torch.tensor(0.25), "accuracy": 0.875,
                                         "samples": 64000}) == 1
     assert shoal.publish_model(saved, "mlp", repository=str(repo)) == 2
     agent.wait_for_count("published", 2)
-    assert agent.ops("published") == [
+    # Each on a connection of its own, so they may arrive in either order.
+    assert sorted(agent.ops("published"), key=lambda m: m["version"]) == [
         {"op": "published", "task": "worker:1", "attempt": 2, "model": "mlp", "version": 1,
          "repository": str(repo), "metrics": {"loss": 0.25, "accuracy": 0.875, "samples": 64000},
          "step": 1200},
         {"op": "published", "task": "worker:1", "attempt": 2, "model": "mlp", "version": 2,
          "repository": str(repo), "metrics": {}},
     ]
-    assert seen_in_place == [[1], [1, 2]]
+    assert 1 in seen_in_place[1] and seen_in_place[2] == [1, 2]
+
+
+def test_an_older_agents_error_answer_is_not_taken_for_the_next_reply(agent, tmp_path, saved):
+    """An agent that does not know `published` answers it with an error although the op wants
+    no reply; on the process's connection that answer would be read as the reply to its next
+    request (here `resumed`, which would then fail)."""
+    def old_agent(message):
+        if message.get("op") == "published":
+            return {"ok": False, "error": "unknown op 'published'"}
+        if message.get("op") == "resumed":
+            return {"ok": True}
+        return None
+    agent.handler = old_agent
+    shoal.progress(1)  # the process's connection is open before the publication
+    assert shoal.publish_model(saved, "m", repository=str(tmp_path), step=1) == 1
+    agent.wait_for_count("published", 1)
+    shoal.resumed(5)  # raises AgentError if it read the answer meant for `published`
+    agent.wait_for_count("resumed", 1)
 
 
 def test_a_relative_repository_is_reported_as_an_absolute_path(agent, tmp_path, saved,

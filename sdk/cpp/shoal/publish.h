@@ -16,7 +16,9 @@
 //   left: each older one is renamed to `.removing-<n>-<hex>`, out of the server's view in one
 //   step, then deleted;
 // - the new version is reported to the agent (`published`, fire-and-forget), which the master
-//   journals as model_published; `shoal status` shows the last one.
+//   journals as model_published; `shoal status` shows the last one. It goes on a connection of
+//   its own (AgentClient::ReportAlone), so that an older agent's error answer to the op cannot
+//   be taken for the reply to a later ReportResumed.
 //
 // Local (and shared POSIX) repositories only for now: hdfs:// is refused with an error.
 
@@ -460,7 +462,7 @@ inline PublishResult PublishModel(const std::string& model_path, const std::stri
     }
   }
   finish("");
-  internal::AgentClient::Get().ReportFields(
+  internal::AgentClient::Get().ReportAlone(
       "published", internal::PublishedFields(name, version, internal::AbsolutePath(repository),
                                              options));
   return result;

@@ -289,7 +289,7 @@ def _report_published(name: str, version: int, repository: str, step, metrics) -
               "repository": repository, "metrics": metrics}
     if step is not None:
         fields["step"] = step
-    client.report_fields(fields)
+    client.report_alone(fields)
 
 
 def publish_model(model, name: str, *, repository: Optional[str] = None,
