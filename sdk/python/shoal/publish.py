@@ -271,8 +271,12 @@ def _checked_metrics(metrics) -> Dict[str, float]:
                 number = number.item()
             except (TypeError, ValueError, RuntimeError):
                 pass
-        if isinstance(number, bool) or not isinstance(number, numbers.Real) or \
-                not math.isfinite(float(number)):
+        try:
+            finite = (not isinstance(number, bool) and isinstance(number, numbers.Real)
+                      and math.isfinite(float(number)))
+        except OverflowError:  # an int beyond a double's range
+            finite = False
+        if not finite:
             raise PublishError(f"publish_model: metric {key!r} must be a finite number, not "
                                f"{type(value).__name__} {value!r}")
         checked[key] = int(number) if isinstance(number, numbers.Integral) else float(number)
