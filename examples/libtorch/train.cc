@@ -27,6 +27,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -47,6 +48,8 @@
 #include <system_error>
 #include <vector>
 
+#include "shoal/sdk.h"
+
 namespace {
 
 constexpr int kUsageError = 2;
@@ -64,6 +67,7 @@ struct Flags {
   int batch_size = 64;  // global: split between the ranks
   double lr = 0.05;
   int timeout_s = 120;  // rendezvous and collectives
+  std::string publish;  // model name: rank 0 publishes the trained model as TorchScript
 };
 
 struct Env {
@@ -142,13 +146,15 @@ Env ReadEnv() {
 void PrintUsage(std::FILE* out) {
   std::fprintf(out,
                "usage: libtorch-trainer [--epochs N] [--min-accuracy X] [--batch-size N] [--lr X]\n"
-               "                        [--timeout-s N]\n"
+               "                        [--timeout-s N] [--publish NAME]\n"
                "Run under torchrun's environment (Shoal framework: pytorch sets it).\n"
                "  --epochs N        passes over the 2048 training samples (default 10)\n"
                "  --min-accuracy X  exit 1 when held-out accuracy is below X (default 0.9)\n"
                "  --batch-size N    global batch, split between the ranks (default 64)\n"
                "  --lr X            SGD learning rate, momentum 0.9 (default 0.05)\n"
-               "  --timeout-s N     rendezvous and collective timeout (default 120)\n");
+               "  --timeout-s N     rendezvous and collective timeout (default 120)\n"
+               "  --publish NAME    rank 0 publishes the trained model as a new version of NAME\n"
+               "                    in $SHOAL_MODEL_REPOSITORY (the job's publish section)\n");
 }
 
 Flags ParseFlags(int argc, char** argv) {
@@ -199,11 +205,34 @@ Flags ParseFlags(int argc, char** argv) {
       flags.lr = double_flag(1e-9, 100.0);
     } else if (name == "--timeout-s") {
       flags.timeout_s = int_flag(1, 86400);
+    } else if (name == "--publish") {
+      flags.publish = next();
     } else {
       throw UsageError{"unknown argument '" + arg + "' (see --help)"};
     }
   }
   return flags;
+}
+
+// The trained MLP as TorchScript that `shoal serve` loads: the C++ frontend's modules cannot be
+// scripted, so the same computation is defined in TorchScript over copies of the weights.
+// Input: FP32 [batch, kFeatures]; output: FP32 logits [batch, kClasses].
+torch::jit::Module ExportTorchScript(torch::nn::Sequential& model) {
+  torch::jit::Module exported("LibtorchMlp");
+  auto first = model[0]->as<torch::nn::Linear>();
+  auto second = model[2]->as<torch::nn::Linear>();
+  torch::NoGradGuard no_grad;
+  exported.register_parameter("w1", first->weight.detach().clone(), /*is_buffer=*/false);
+  exported.register_parameter("b1", first->bias.detach().clone(), false);
+  exported.register_parameter("w2", second->weight.detach().clone(), false);
+  exported.register_parameter("b2", second->bias.detach().clone(), false);
+  exported.define(R"(
+def forward(self, x: Tensor) -> Tensor:
+    hidden = torch.relu(torch.matmul(x, self.w1.t()) + self.b1)
+    return torch.matmul(hidden, self.w2.t()) + self.b2
+)");
+  exported.eval();
+  return exported;
 }
 
 // The address of this machine's interface that routes to MASTER_ADDR: what the other ranks can
@@ -423,6 +452,7 @@ int Run(const Flags& flags, const Env& env, std::string& stage) {
 
   double timed_ms = 0;
   int64_t timed_steps = 0;
+  double last_epoch_loss = 0;
   namespace F = torch::nn::functional;
   for (int epoch = 1; epoch <= flags.epochs; ++epoch) {
     model->train();
@@ -479,9 +509,9 @@ int Run(const Flags& flags, const Env& env, std::string& stage) {
     }
     torch::Tensor epoch_loss = torch::full({1}, local_loss, torch::kFloat64);
     AllreduceInPlace(*pg, epoch_loss, c10d::ReduceOp::SUM);
+    last_epoch_loss = epoch_loss.item<double>() / static_cast<double>(kTrainSamples);
     if (chief) {
-      std::printf("epoch %d/%d loss %.4f\n", epoch, flags.epochs,
-                  epoch_loss.item<double>() / static_cast<double>(kTrainSamples));
+      std::printf("epoch %d/%d loss %.4f\n", epoch, flags.epochs, last_epoch_loss);
       std::fflush(stdout);
     }
   }
@@ -518,6 +548,24 @@ int Run(const Flags& flags, const Env& env, std::string& stage) {
                    flags.min_accuracy);
     }
     rc = 1;
+  }
+  if (chief && rc == 0 && !flags.publish.empty()) {
+    stage = "publishing";
+    const std::string saved = (env.job_dir.empty() ? std::string(".") : env.job_dir) +
+                              "/libtorch-trainer-" + flags.publish + ".pt";
+    ExportTorchScript(model).save(saved);
+    shoal::sdk::PublishOptions options;
+    options.step = static_cast<uint64_t>(flags.epochs) * static_cast<uint64_t>(steps_per_epoch);
+    options.metrics = {{"accuracy", accuracy}, {"loss", last_epoch_loss}};
+    shoal::sdk::PublishResult published = shoal::sdk::PublishModel(saved, flags.publish, options);
+    std::remove(saved.c_str());
+    if (!published.ok) {
+      std::fprintf(stderr, "libtorch-trainer: %s\n", published.error.c_str());
+      rc = 1;
+    } else {
+      std::printf("published %s version %" PRIu64 " (%s)\n", flags.publish.c_str(),
+                  published.version, published.path.c_str());
+    }
   }
   if (chief) {
     std::printf("weights checksum %.17g (%s across %d ranks)\n", weights_sum,

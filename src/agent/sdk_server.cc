@@ -11,7 +11,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_publication.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
 
 namespace shoal::agent {
 namespace {
@@ -271,13 +273,24 @@ void SdkServer::HandleLine(int fd, const std::string& line) {
   }
   if (op == "progress") return;  // no reply, by contract; a stale attempt is simply ignored
   if (!current) {
-    if (op != "checkpointed") {
+    if (op != "checkpointed" && op != "published") {
       QueueReply(fd, ErrorLine(absl::StrCat("task ", task, " attempt ", attempt,
                                             " is not running on this node")));
     }
     return;
   }
   if (op == "checkpointed") {
+    if (callbacks_.on_request) callbacks_.on_request(0, task, attempt, line);
+    return;
+  }
+  if (op == "published") {
+    // No reply, by contract: a report the master could not take is refused here, in the
+    // agent's log, and goes no further.
+    if (auto publication = ParseModelPublication(req); !publication.ok()) {
+      spdlog::warn("task {} attempt {}: refused a 'published' report: {}", task, attempt,
+                   std::string(publication.status().message()));
+      return;
+    }
     if (callbacks_.on_request) callbacks_.on_request(0, task, attempt, line);
     return;
   }

@@ -44,7 +44,10 @@ int ShowStatus(const std::string& root, const std::string& job, bool json) {
   if (json) {
     std::cout << status->dump(2) << "\n";
   } else {
-    std::cout << StatusTable(*status);
+    int64_t now_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    std::cout << StatusTable(*status, now_unix_ms);
   }
   return kExitOk;
 }

@@ -35,7 +35,41 @@ std::string OutcomeLine(const nlohmann::json& status, double elapsed_seconds) {
   return absl::StrFormat("job %s %s: %s", id, state, status.value("reason", ""));
 }
 
-std::string StatusTable(const nlohmann::json& status) {
+namespace {
+
+std::string Age(int64_t ms) {
+  if (ms < 0) ms = 0;  // the master's clock a little ahead of ours
+  int64_t seconds = ms / 1000;
+  if (seconds < 120) return absl::StrCat(seconds, "s ago");
+  if (seconds < 2 * 3600) return absl::StrCat(seconds / 60, "m ago");
+  if (seconds < 2 * 86400) return absl::StrCat(seconds / 3600, "h ago");
+  return absl::StrCat(seconds / 86400, "d ago");
+}
+
+}  // namespace
+
+std::string PublicationLine(const nlohmann::json& publication, int64_t now_unix_ms) {
+  std::string line = absl::StrCat(publication.value("model", ""), " version ",
+                                  publication.value("version", uint64_t{0}));
+  if (publication.contains("step") && publication["step"].is_number_integer()) {
+    absl::StrAppend(&line, " at step ", publication["step"].get<int64_t>());
+  }
+  const auto& metrics = publication.value("metrics", nlohmann::json::object());
+  if (metrics.is_object() && !metrics.empty()) {
+    std::string shown;
+    for (auto it = metrics.begin(); it != metrics.end(); ++it) {
+      if (!it.value().is_number()) continue;
+      absl::StrAppend(&shown, shown.empty() ? "" : ", ", it.key(), " ",
+                      absl::StrFormat("%g", it.value().get<double>()));
+    }
+    if (!shown.empty()) absl::StrAppend(&line, " (", shown, ")");
+  }
+  absl::StrAppend(&line, ", published by ", publication.value("task", ""), " ",
+                  Age(now_unix_ms - publication.value("unix_ms", int64_t{0})));
+  return line;
+}
+
+std::string StatusTable(const nlohmann::json& status, int64_t now_unix_ms) {
   std::string out = absl::StrFormat("job     %s\nname    %s\nstate   %s\n", status.value("job_id", ""),
                                     status.value("name", ""), status.value("state", ""));
   std::string reason = status.value("reason", "");
@@ -46,6 +80,9 @@ std::string StatusTable(const nlohmann::json& status) {
     absl::StrAppend(&out, absl::StrFormat("world   %d tasks, generation %d, %d group restarts\n",
                                           status.value("world_size", 0), generation,
                                           group_restarts));
+  }
+  if (const auto& p = status.value("last_publication", nlohmann::json()); p.is_object()) {
+    absl::StrAppend(&out, "model   ", PublicationLine(p, now_unix_ms), "\n");
   }
   absl::StrAppend(&out, absl::StrFormat("\n%-16s %-10s %-5s %-8s %-8s %-6s %-8s %s\n", "TASK",
                                         "STATE", "RANK", "NODE", "PID", "EXIT", "RESTARTS",

@@ -1,5 +1,7 @@
 #include "master/job_status_json.h"
 
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "shoal/v1/shoal.pb.h"
 
@@ -44,6 +46,19 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
   if (!status.shards_json().empty()) {
     shards = nlohmann::json::parse(status.shards_json(), nullptr, false);
   }
+  nlohmann::json last_publication = nullptr;
+  if (status.has_last_publication()) {
+    const v1::Publication& p = status.last_publication();
+    // Sorted by name, so the file and `shoal status --json` list them the same way every time.
+    std::map<std::string, double> metrics(p.metrics().begin(), p.metrics().end());
+    last_publication = {{"task", p.task()},
+                        {"model", p.model()},
+                        {"version", p.version()},
+                        {"repository", p.repository()},
+                        {"step", p.has_step() ? nlohmann::json(p.step()) : nlohmann::json()},
+                        {"metrics", metrics},
+                        {"unix_ms", p.unix_ms()}};
+  }
   return {
       {"job_id", status.job_id()},
       {"name", status.name()},
@@ -58,6 +73,7 @@ nlohmann::json JobStatusToJson(const v1::JobStatus& status) {
       {"failures", failures},
       {"failures_total", status.failures_total()},
       {"tasks", tasks},
+      {"last_publication", last_publication},
   };
 }
 

@@ -83,6 +83,22 @@ void from_json(const nlohmann::json& j, TaskStateChanged& r) {
   optional("rank", r.rank);
 }
 
+// step is absent when the task gave none.
+void to_json(nlohmann::json& j, const ModelPublished& r) {
+  j = {{"task", r.task}, {"model", r.model}, {"version", r.version},
+       {"repository", r.repository}, {"metrics", r.metrics}};
+  if (r.step) j["step"] = *r.step;
+}
+
+void from_json(const nlohmann::json& j, ModelPublished& r) {
+  r.task = j.value("task", "");
+  r.model = j.value("model", "");
+  r.version = j.value("version", uint64_t{0});
+  r.repository = j.value("repository", "");
+  if (j.contains("step") && !j["step"].is_null()) r.step = j["step"].get<int64_t>();
+  if (j.contains("metrics")) r.metrics = j["metrics"].get<std::map<std::string, double>>();
+}
+
 namespace {
 
 template <typename T>

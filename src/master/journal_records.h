@@ -13,6 +13,7 @@
 // and for a recovering one.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -265,6 +266,18 @@ struct ResumedReported {
   uint32_t attempt = 0;
   int64_t step = 0;
 };
+// A task published version `version` of model `model` into `repository` (the SDK's
+// `published` report, docs/sdk-protocol.md), at training step `step` when it gave one, with the
+// metrics it gave. `shoal status` shows the last one.
+struct ModelPublished {
+  static constexpr const char* kType = "model_published";
+  std::string task;
+  std::string model;
+  uint64_t version = 0;
+  std::string repository;
+  std::optional<int64_t> step;
+  std::map<std::string, double> metrics;
+};
 // One of ShardTable's records (shard_leased, shard_done, shard_returned, shards_frozen,
 // shards_reopened, epoch_complete). Their fields are defined, written and applied by
 // ShardTable (shard_table.h), which owns the dataset's state.
@@ -285,7 +298,8 @@ using JournalRecord =
                  AgentReattached, ReattachFailed, AgentLeaving, AgentDisconnected, AgentSilent,
                  AgentNotice, PlaceLost, PlaceReplacing, Rendezvous, TaskStateChanged, TaskHung,
                  FailureHandled, SlotLeft, SlotRejoined, SlotDeferred, GroupRestartBegun,
-                 GroupRestarted, CheckpointReported, ResumedReported, ShardRecord, OtherRecord>;
+                 GroupRestarted, CheckpointReported, ResumedReported, ModelPublished, ShardRecord,
+                 OtherRecord>;
 
 // A record as it lies in the journal: what happened and when.
 struct JournalEntry {

@@ -202,6 +202,10 @@ struct Applier {
     s.generation = r.generation;
     return absl::OkStatus();
   }
+  absl::Status operator()(const ModelPublished& r) {
+    s.last_publication = PublicationEntry{r, unix_ms};
+    return absl::OkStatus();
+  }
   absl::Status operator()(const ShardRecord& r) {
     if (source == RecordSource::kLive || !s.shards) return absl::OkStatus();
     return s.shards->Apply(r.body, now);

@@ -39,6 +39,12 @@ struct FailureEntry {
   int64_t unix_ms = 0;
 };
 
+// The last model version published by a task (model_published), as `shoal status` shows it.
+struct PublicationEntry {
+  ModelPublished record;
+  int64_t unix_ms = 0;  // when the master journaled it
+};
+
 struct JournaledState {
   static constexpr size_t kFailuresKept = 100;
 
@@ -76,6 +82,8 @@ struct JournaledState {
   std::chrono::milliseconds group_restart_delay{0};
 
   std::unique_ptr<ShardTable> shards;  // null without a dataset
+
+  std::optional<PublicationEntry> last_publication;
 
   bool InGroup(const TaskRecord& task) const { return policy.InGroup(task.role); }
 };

@@ -4,7 +4,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/model_publication.h"
 #include "shoal/v1/shoal.pb.h"
+#include "spdlog/spdlog.h"
 
 namespace shoal::master {
 
@@ -35,6 +37,20 @@ void SdkRelay::OnRequest(uint64_t session, const v1::AgentMessage& message) {
   if (op == "checkpointed") {
     host_->Record(CheckpointReported{rec->Key(), step_of("step").value_or(0)});
     host_->Checkpointed();
+    return;
+  }
+  if (op == "published") {
+    // Checked again here: the master trusts no agent's JSON (an agent of another version, or
+    // a fuzzer, relays what it likes). No reply is wanted, so a refusal is the master's log.
+    auto publication = ParseModelPublication(req);
+    if (!publication.ok()) {
+      spdlog::warn("task {} attempt {}: refused a 'published' report: {}", rec->Key(),
+                   rec->attempt, std::string(publication.status().message()));
+      return;
+    }
+    host_->Record(ModelPublished{rec->Key(), publication->model, publication->version,
+                                 publication->repository, publication->step,
+                                 std::move(publication->metrics)});
     return;
   }
   if (op == "resumed") {

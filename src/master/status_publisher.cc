@@ -81,6 +81,17 @@ v1::JobStatus BuildJobStatus(const JournaledState& job, const StatusFacts& facts
     fr->set_unix_ms(f.unix_ms);
   }
   status.set_failures_total(job.failures_total);
+  if (job.last_publication) {
+    const ModelPublished& r = job.last_publication->record;
+    v1::Publication* p = status.mutable_last_publication();
+    p->set_task(r.task);
+    p->set_model(r.model);
+    p->set_version(r.version);
+    p->set_repository(r.repository);
+    if (r.step) p->set_step(*r.step);
+    p->mutable_metrics()->insert(r.metrics.begin(), r.metrics.end());
+    p->set_unix_ms(job.last_publication->unix_ms);
+  }
   return status;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "ui/json_fields.h"
@@ -151,6 +152,22 @@ json TimelineFromJournal(std::string_view journal, int64_t now_unix_ms) {
     } else if (type == "checkpoint") {
       event(ts, "checkpoint_saved", StrField(r, "task"),
             absl::StrCat("checkpoint at step ", IntField(r, "step")));
+    } else if (type == "model_published") {
+      std::string text = absl::StrCat(StrField(r, "model"), " version ", IntField(r, "version"),
+                                      " published");
+      if (auto step = r.find("step"); step != r.end() && step->is_number_integer()) {
+        absl::StrAppend(&text, " at step ", step->get<int64_t>());
+      }
+      if (auto metrics = r.find("metrics"); metrics != r.end() && metrics->is_object()) {
+        std::string shown;
+        for (auto it = metrics->begin(); it != metrics->end(); ++it) {
+          if (!it.value().is_number()) continue;
+          absl::StrAppend(&shown, shown.empty() ? "" : ", ", it.key(), " ",
+                          absl::StrFormat("%g", it.value().get<double>()));
+        }
+        if (!shown.empty()) absl::StrAppend(&text, " (", shown, ")");
+      }
+      event(ts, "model_published", StrField(r, "task"), text);
     } else if (type == "resumed") {
       event(ts, "checkpoint_resumed", StrField(r, "task"),
             absl::StrCat(StrField(r, "task"), " resumed at step ", IntField(r, "step")));

@@ -56,6 +56,8 @@ TEST(JournalRecordsTest, KnownRecordsKeepTheirJsonForm) {
       R"({"attempt":2,"last_step":7,"silent_ms":1500,"task":"worker:0","type":"task_hung"})",
       R"({"node":"n1","ok":false,"reason":"r","type":"place_replacing"})",
       R"({"attempt":0,"epoch":0,"shard":3,"task":"worker:0","type":"shard_leased"})",
+      R"({"metrics":{"accuracy":0.875,"loss":0.12},"model":"mlp","repository":"/srv/models","step":1200,"task":"worker:0","type":"model_published","version":7})",
+      R"({"metrics":{},"model":"mlp","repository":"/srv/models","task":"worker:0","type":"model_published","version":8})",
   };
   for (const char* text : lines) {
     nlohmann::json line = nlohmann::json::parse(text);
@@ -222,6 +224,10 @@ std::string Describe(JournaledState& s) {
         << f.action << " " << f.restart << " " << f.unix_ms << "\n";
   }
   out << "failures_total=" << s.failures_total << "\n";
+  if (s.last_publication) {
+    out << "last_publication " << ToJson(JournalRecord(s.last_publication->record)).dump() << " "
+        << s.last_publication->unix_ms << "\n";
+  }
   if (s.shards) out << "shards " << s.shards->Snapshot().dump() << "\n";
   out << "outcome_of_tasks=" << (s.tasks.DecideOutcome() ? s.tasks.DecideOutcome()->reason : "")
       << "\n";
@@ -277,6 +283,8 @@ TEST(JournaledStateTest, ReplayingEveryRecordKindRebuildsTheLiveState) {
   ASSERT_TRUE(live.job.shards->Done("worker:0", 0, 0, 0, 5, live.clock.Now(), &records).ok());
   live.Shards(std::move(records));
   live.Record(CheckpointReported{"worker:0", 5});
+  live.Record(ModelPublished{"worker:0", "mlp", 1, "/models", 5, {{"loss", 0.5}}});
+  live.Record(ModelPublished{"worker:0", "mlp", 2, "/models", std::nullopt, {}});
 
   // ps fails alone: restart-task.
   TaskRecord* ps = live.job.tasks.Find("ps", 0);

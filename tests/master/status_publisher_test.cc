@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "common/files.h"
+#include "master/job_status_json.h"
 #include "shoal/v1/shoal.pb.h"
 #include "spec/spec_parser.h"
 
@@ -52,6 +53,28 @@ TEST(StatusPublisherTest, AFailedTaskThatWillRestartShowsAsPending) {
   // Once the job stops, a failure is final.
   job.phase = JobPhase::kStopping;
   EXPECT_EQ(BuildJobStatus(job, {}).tasks(0).state(), v1::TASK_STATE_FAILED);
+}
+
+TEST(StatusPublisherTest, TheLastPublicationIsInTheStatusAndItsJsonForm) {
+  spec::JobSpec spec = Job();
+  JournaledState job("published-1", spec);
+  nlohmann::json none = JobStatusToJson(BuildJobStatus(job, {}));
+  ASSERT_TRUE(none.contains("last_publication"));
+  EXPECT_TRUE(none["last_publication"].is_null());
+
+  job.last_publication = PublicationEntry{
+      {"worker:1", "mlp", 7, "/srv/models", 1200, {{"loss", 0.12}, {"accuracy", 0.875}}},
+      1796460031092};
+  v1::JobStatus status = BuildJobStatus(job, {});
+  ASSERT_TRUE(status.has_last_publication());
+  EXPECT_EQ(status.last_publication().version(), 7u);
+  EXPECT_EQ(JobStatusToJson(status)["last_publication"],
+            nlohmann::json::parse(R"({"task":"worker:1","model":"mlp","version":7,
+              "repository":"/srv/models","step":1200,"metrics":{"accuracy":0.875,"loss":0.12},
+              "unix_ms":1796460031092})"));
+  // Without a step the JSON says so with null, not 0.
+  job.last_publication->record.step.reset();
+  EXPECT_TRUE(JobStatusToJson(BuildJobStatus(job, {}))["last_publication"]["step"].is_null());
 }
 
 TEST(StatusPublisherTest, TheEndIsPublishedAtOnceAndLateWatchersGetTheNotices) {

@@ -1,6 +1,7 @@
 // Tests of the header-only C++ SDK, sdk/cpp/shoal/sdk.h: checkpoint files (naming, atomic
-// writes, retention, load fallbacks), files shared with the Python SDK, and the reports sent to
-// a fake agent on a real abstract Unix socket. Compiled as C++17 (see CMakeLists.txt).
+// writes, retention, load fallbacks), files shared with the Python SDK, publishing models (with
+// a Python publisher of the same model), and the reports sent to a fake agent on a real
+// abstract Unix socket. Compiled as C++17 (see CMakeLists.txt).
 #include "shoal/sdk.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -383,12 +386,256 @@ TEST_F(SdkCrossLanguageTest, CppLoadsACheckpointSavedByPython) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Publishing models (publish.h): the Python SDK's protocol, in C++.
+
+// A TorchScript archive is a zip file: PublishModel checks only the "PK" magic, as publish.py.
+std::string FakeTorchScript(const std::string& tag) { return "PK\x03\x04 model " + tag; }
+
+std::vector<uint64_t> Versions(const fs::path& model_dir) {
+  return internal::ListVersions(model_dir.string());
+}
+
+class SdkPublishTest : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    for (const char* name : {kModelRepositoryEnv, kModelKeepEnv, kTestPublishWriteDelayEnv}) {
+      ::unsetenv(name);
+    }
+    repo_ = dir_ / "repo";
+    fs::create_directory(repo_);
+    model_file_ = dir_ / "saved.pt";
+    WriteAll(model_file_, FakeTorchScript("one"));
+  }
+  void TearDown() override {
+    for (const char* name : {kModelRepositoryEnv, kModelKeepEnv, kTestPublishWriteDelayEnv}) {
+      ::unsetenv(name);
+    }
+    TempDirTest::TearDown();
+  }
+  PublishOptions InRepo() {
+    PublishOptions options;
+    options.repository = repo_.string();
+    return options;
+  }
+
+  fs::path repo_;
+  fs::path model_file_;
+};
+
+TEST_F(SdkPublishTest, VersionsCountUpAndHoldTheModelAsSaved) {
+  for (uint64_t expected = 1; expected <= 3; ++expected) {
+    PublishResult published = PublishModel(model_file_.string(), "mlp", InRepo());
+    ASSERT_TRUE(published.ok) << published.error;
+    EXPECT_EQ(published.version, expected);
+    EXPECT_EQ(published.path, (repo_ / "mlp" / std::to_string(expected)).string());
+    EXPECT_EQ(ReadAll(repo_ / "mlp" / std::to_string(expected) / "model.pt"),
+              FakeTorchScript("one"));
+  }
+  // Nothing but the versions and the lock is left in the model's directory.
+  EXPECT_EQ(Names(repo_ / "mlp"), (std::set<std::string>{".publish.lock", "1", "2", "3"}));
+}
+
+TEST_F(SdkPublishTest, TheRepositoryComesFromTheEnvironment) {
+  ::setenv(kModelRepositoryEnv, repo_.string().c_str(), 1);
+  PublishResult published = PublishModel(model_file_.string(), "m");
+  ASSERT_TRUE(published.ok) << published.error;
+  EXPECT_TRUE(fs::is_regular_file(repo_ / "m" / "1" / "model.pt"));
+}
+
+TEST_F(SdkPublishTest, ADirectoryIsPublishedWholeAndTheConfigIsRewrittenOnlyWhenItChanges) {
+  fs::path export_dir = dir_ / "export";
+  fs::create_directory(export_dir);
+  WriteAll(export_dir / "model.pt", FakeTorchScript("dir"));
+  WriteAll(export_dir / "vocab.txt", "a\nb\n");
+  PublishOptions options = InRepo();
+  options.config = "max_batch_size: 8";
+  ASSERT_TRUE(PublishModel(export_dir.string(), "text", options));
+  // The marker that lets shoal serve load the version without waiting for it to settle.
+  EXPECT_EQ(Names(repo_ / "text" / "1"),
+            (std::set<std::string>{".shoal-complete", "model.pt", "vocab.txt"}));
+  EXPECT_EQ(ReadAll(repo_ / "text" / "1" / "vocab.txt"), "a\nb\n");
+  fs::path config = repo_ / "text" / "config.yaml";
+  EXPECT_EQ(ReadAll(config), "max_batch_size: 8\n");
+  auto old_time = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  fs::last_write_time(config, old_time);
+  ASSERT_TRUE(PublishModel(export_dir.string(), "text", options));
+  EXPECT_EQ(fs::last_write_time(config), old_time) << "an unchanged config was rewritten";
+  options.config = "max_batch_size: 16\n";
+  ASSERT_TRUE(PublishModel(export_dir.string(), "text", options));
+  EXPECT_EQ(ReadAll(config), "max_batch_size: 16\n");
+  EXPECT_EQ(Versions(repo_ / "text"), (std::vector<uint64_t>{1, 2, 3}));
+}
+
+TEST_F(SdkPublishTest, BadArgumentsAreNamedAndPublishNothing) {
+  fs::path not_model = dir_ / "bad.pt";
+  WriteAll(not_model, "not a model");
+  fs::path no_model_pt = dir_ / "empty-export";
+  fs::create_directory(no_model_pt);
+  WriteAll(no_model_pt / "vocab.txt", "x");
+  auto with = [&](auto change) {
+    PublishOptions options = InRepo();
+    change(options);
+    return options;
+  };
+  struct Case {
+    std::string model;
+    std::string name;
+    PublishOptions options;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {model_file_.string(), "m", PublishOptions{}, "no repository"},
+      {model_file_.string(), "m", with([](PublishOptions& o) { o.repository = "hdfs://nn/models"; }),
+       "hdfs:// repositories are not supported by the C++ SDK yet"},
+      {model_file_.string(), "m", with([](PublishOptions& o) { o.repository = "s3://b/models"; }),
+       "s3:// URI"},
+      {model_file_.string(), ".hidden", InRepo(), "model name '.hidden'"},
+      {model_file_.string(), "a/b", InRepo(), "model name 'a/b'"},
+      {model_file_.string(), "m", with([&](PublishOptions& o) { o.repository += "/missing"; }),
+       "is not a directory"},
+      {(dir_ / "none.pt").string(), "m", InRepo(), "cannot read the model"},
+      {not_model.string(), "m", InRepo(), "is not a TorchScript archive"},
+      {no_model_pt.string(), "m", InRepo(), "has no model.pt"},
+      {model_file_.string(), "m", with([](PublishOptions& o) { o.metrics["loss"] = std::nan(""); }),
+       "metric 'loss' must be a finite number"},
+      {model_file_.string(), "m", with([](PublishOptions& o) { o.metrics[""] = 1; }),
+       "metric name '' must be 1 to 128 bytes"},
+      {model_file_.string(), "m",
+       with([](PublishOptions& o) {
+         for (int i = 0; i < 65; ++i) o.metrics["m" + std::to_string(i)] = i;
+       }),
+       "metrics has 65 entries; at most 64"},
+  };
+  for (const Case& c : cases) {
+    PublishResult published = PublishModel(c.model, c.name, c.options);
+    EXPECT_FALSE(published.ok) << c.message;
+    EXPECT_NE(published.error.find(c.message), std::string::npos) << published.error;
+  }
+  ::setenv(kModelKeepEnv, "0", 1);
+  PublishResult no_keep = PublishModel(model_file_.string(), "m", InRepo());
+  EXPECT_NE(no_keep.error.find("SHOAL_MODEL_KEEP='0' must be an integer >= 1"), std::string::npos)
+      << no_keep.error;
+  EXPECT_FALSE(fs::exists(repo_ / "m"));
+}
+
+TEST_F(SdkPublishTest, KeepLeavesTheNewestVersions) {
+  ::setenv(kModelKeepEnv, "2", 1);
+  for (uint64_t expected = 1; expected <= 5; ++expected) {
+    PublishResult published = PublishModel(model_file_.string(), "m", InRepo());
+    ASSERT_TRUE(published.ok) << published.error;
+    ASSERT_EQ(published.version, expected);
+    std::vector<uint64_t> left;
+    for (uint64_t v = expected > 1 ? expected - 1 : 1; v <= expected; ++v) left.push_back(v);
+    EXPECT_EQ(Versions(repo_ / "m"), left);
+  }
+  EXPECT_EQ(Names(repo_ / "m"), (std::set<std::string>{".publish.lock", "4", "5"}));
+}
+
+TEST_F(SdkPublishTest, APublisherKilledMidWriteLeavesNoVersionAndTheNextClearsItsLeftovers) {
+  ASSERT_TRUE(PublishModel(model_file_.string(), "m", InRepo()));
+  std::string big(4 << 20, 'w');
+  big.replace(0, 2, "PK");
+  WriteAll(dir_ / "big.pt", big);
+  pid_t writer = ::fork();
+  if (writer == 0) {
+    ::setenv(kTestPublishWriteDelayEnv, "30", 1);
+    PublishModel((dir_ / "big.pt").string(), "m", InRepo());
+    ::_exit(0);
+  }
+  ASSERT_GT(writer, 0);
+  // Wait for the writer to be half-way: its hidden directory holds part of model.pt.
+  fs::path model_dir = repo_ / "m";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool half_written = false;
+  while (!half_written && std::chrono::steady_clock::now() < deadline) {
+    for (const auto& entry : fs::directory_iterator(model_dir)) {
+      std::string name = entry.path().filename();
+      std::error_code ec;
+      if (name.rfind(kIncomingPrefix, 0) == 0 &&
+          fs::file_size(entry.path() / "model.pt", ec) > 0 && !ec) {
+        half_written = true;
+      }
+    }
+    if (!half_written) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(half_written) << "the publisher never started writing";
+  EXPECT_EQ(Versions(model_dir), (std::vector<uint64_t>{1})) << "a half-written version is visible";
+  ::kill(writer, SIGKILL);
+  ASSERT_EQ(::waitpid(writer, nullptr, 0), writer);
+  EXPECT_EQ(Versions(model_dir), (std::vector<uint64_t>{1}));
+  PublishResult next = PublishModel(model_file_.string(), "m", InRepo());
+  ASSERT_TRUE(next.ok) << next.error;
+  EXPECT_EQ(next.version, 2u);
+  EXPECT_EQ(Names(model_dir), (std::set<std::string>{".publish.lock", "1", "2"}));
+}
+
+TEST_F(SdkPublishTest, CppAndPythonPublishersOfOneModelNeverShareANumber) {
+  if (::access(SHOAL_SDK_PYTHON, X_OK) != 0) GTEST_SKIP() << SHOAL_SDK_PYTHON << " not found";
+  // Python publishes more, and C++ starts once Python's first version is there, so that the
+  // two take turns on the lock rather than one finishing before the other starts.
+  constexpr int kCpp = 12;
+  constexpr int kPython = 40;
+  WriteAll(dir_ / "python.pt", FakeTorchScript("from python"));
+  WriteAll(dir_ / "cpp.pt", FakeTorchScript("from c++"));
+  WriteAll(dir_ / "publisher.py",
+           "import sys\n"
+           "from shoal.publish import publish_model\n"
+           "print(' '.join(str(publish_model(sys.argv[1], 'shared', repository=sys.argv[2]))\n"
+           "               for _ in range(" + std::to_string(kPython) + ")))\n");
+  std::string command = std::string("env -u SHOAL_AGENT_SOCKET -u SHOAL_MODEL_KEEP PYTHONPATH=") +
+                        SHOAL_SDK_PYTHONPATH + " PYTHONDONTWRITEBYTECODE=1 " + SHOAL_SDK_PYTHON +
+                        " " + (dir_ / "publisher.py").string() + " " +
+                        (dir_ / "python.pt").string() + " " + repo_.string();
+  FILE* python = ::popen(command.c_str(), "r");
+  ASSERT_NE(python, nullptr);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(repo_ / "shared" / "1") && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<uint64_t> cpp_versions;
+  for (int i = 0; i < kCpp; ++i) {
+    PublishResult published = PublishModel((dir_ / "cpp.pt").string(), "shared", InRepo());
+    ASSERT_TRUE(published.ok) << published.error;
+    cpp_versions.push_back(published.version);
+  }
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), python)) > 0) out.append(buffer, n);
+  ASSERT_EQ(::pclose(python), 0) << out;
+  std::vector<uint64_t> python_versions;
+  std::istringstream words(out);
+  for (uint64_t v; words >> v;) python_versions.push_back(v);
+  ASSERT_EQ(python_versions.size(), static_cast<size_t>(kPython)) << out;
+  EXPECT_TRUE(std::is_sorted(cpp_versions.begin(), cpp_versions.end()));
+  EXPECT_TRUE(std::is_sorted(python_versions.begin(), python_versions.end()));
+  std::set<uint64_t> all(cpp_versions.begin(), cpp_versions.end());
+  all.insert(python_versions.begin(), python_versions.end());
+  std::vector<uint64_t> expected;
+  for (uint64_t v = 1; v <= kCpp + kPython; ++v) expected.push_back(v);
+  EXPECT_EQ(std::vector<uint64_t>(all.begin(), all.end()), expected) << "a number was shared";
+  EXPECT_EQ(Versions(repo_ / "shared"), expected);
+  // Every version is whole, and is the model of the publisher that got its number.
+  for (uint64_t v : cpp_versions) {
+    EXPECT_EQ(ReadAll(repo_ / "shared" / std::to_string(v) / "model.pt"), FakeTorchScript("from c++"));
+  }
+  for (uint64_t v : python_versions) {
+    EXPECT_EQ(ReadAll(repo_ / "shared" / std::to_string(v) / "model.pt"),
+              FakeTorchScript("from python"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Reports, against a fake agent listening on an abstract Unix socket.
 
-// Records every request line; answers `resumed` with `resumed_reply`, nothing to the others.
+// Records every request line; answers `resumed` with `resumed_reply`, `published` with
+// `published_reply` when one is given (as an agent older than that op does), nothing to the
+// others.
 class FakeAgent {
  public:
-  explicit FakeAgent(std::string resumed_reply) : resumed_reply_(std::move(resumed_reply)) {
+  explicit FakeAgent(std::string resumed_reply, std::string published_reply = "")
+      : resumed_reply_(std::move(resumed_reply)), published_reply_(std::move(published_reply)) {
     static int counter = 0;
     name_ = "shoal-sdk-cc-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter);
     listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -459,6 +706,11 @@ class FakeAgent {
           std::string reply = resumed_reply_ + "\n";
           ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
         }
+        if (!published_reply_.empty() &&
+            line.find("\"op\":\"published\"") != std::string::npos) {
+          std::string reply = published_reply_ + "\n";
+          ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
         std::lock_guard<std::mutex> lock(mu_);
         lines_.push_back(line);
         cv_.notify_all();
@@ -468,6 +720,7 @@ class FakeAgent {
 
   std::string name_;
   std::string resumed_reply_;
+  std::string published_reply_;
   int listen_fd_ = -1;
   std::thread accept_thread_;
   std::mutex mu_;
@@ -513,6 +766,57 @@ TEST_F(SdkReportTest, ReportsAreOneJsonLineEachWithTaskAndAttempt) {
                 R"({"op":"progress","task":"worker:1","attempt":2,"step":120})",
                 R"({"op":"checkpointed","task":"worker:1","attempt":2,"step":200})",
                 R"({"op":"resumed","task":"worker:1","attempt":2,"step":200})"}));
+}
+
+TEST_F(SdkReportTest, APublicationIsReportedWithItsStepAndMetrics) {
+  FakeAgent agent(R"({"ok":true})");
+  ::setenv("SHOAL_AGENT_SOCKET", agent.address().c_str(), 1);
+  std::string pattern = (fs::temp_directory_path() / "shoal-sdk-publish-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  fs::path dir = pattern;
+  fs::create_directory(dir / "repo");
+  WriteAll(dir / "model.pt", "PK model");
+  PublishOptions options;
+  options.repository = (dir / "repo").string();
+  options.step = 1200;
+  options.metrics = {{"loss", 0.12}, {"accuracy", 0.875}, {"samples", 64000}};
+  PublishResult published = PublishModel((dir / "model.pt").string(), "mlp", options);
+  ASSERT_TRUE(published.ok) << published.error;
+  PublishOptions bare;
+  bare.repository = options.repository;
+  ASSERT_TRUE(PublishModel((dir / "model.pt").string(), "mlp", bare));
+  fs::remove_all(dir);
+  // Each on a connection of its own, so they may arrive in either order.
+  std::vector<std::string> lines = agent.WaitForLines(2);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines,
+            (std::vector<std::string>{
+                R"({"op":"published","task":"worker:1","attempt":2,"model":"mlp","version":1,)"
+                R"("repository":")" + (dir / "repo").string() +
+                    R"(","metrics":{"accuracy":0.875,"loss":0.12,"samples":64000},"step":1200})",
+                R"({"op":"published","task":"worker:1","attempt":2,"model":"mlp","version":2,)"
+                R"("repository":")" + (dir / "repo").string() + R"(","metrics":{}})"}));
+}
+
+TEST_F(SdkReportTest, AnOlderAgentsErrorAnswerToAPublicationIsNotTakenForTheNextReply) {
+  // An agent that does not know `published` answers it although the op wants no reply; on the
+  // process's connection that answer would be read as the reply to its next ReportResumed.
+  FakeAgent agent(R"({"ok":true})", R"({"ok":false,"error":"unknown op 'published'"})");
+  ::setenv("SHOAL_AGENT_SOCKET", agent.address().c_str(), 1);
+  std::string pattern = (fs::temp_directory_path() / "shoal-sdk-publish-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+  fs::path dir = pattern;
+  fs::create_directory(dir / "repo");
+  WriteAll(dir / "model.pt", "PK model");
+  ReportProgress(1);  // the process's connection is open before the publication
+  PublishOptions options;
+  options.repository = (dir / "repo").string();
+  PublishResult published = PublishModel((dir / "model.pt").string(), "mlp", options);
+  fs::remove_all(dir);
+  ASSERT_TRUE(published.ok) << published.error;
+  agent.WaitForLines(2);
+  ReportResult resumed = ReportResumed(3);
+  EXPECT_TRUE(resumed.ok) << resumed.error;
 }
 
 TEST_F(SdkReportTest, ARefusedResumedReturnsTheAgentsReason) {

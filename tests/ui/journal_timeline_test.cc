@@ -22,6 +22,7 @@ constexpr char kJournal[] = R"({"type":"job_submitted","ts":1000,"job_id":"j","t
 {"type":"task_state","task":"worker:1","attempt":0,"from":"starting","to":"running","pid":11,"ts":1700}
 {"type":"job_state","to":"running","reason":"","ts":1700}
 {"type":"checkpoint","task":"worker:0","step":50,"ts":2500}
+{"type":"model_published","task":"worker:0","model":"mlp","version":3,"repository":"/m","step":50,"metrics":{"loss":0.12},"ts":2600}
 {"type":"failure_handled","task":"worker:1","attempt":0,"action":"restart-task","cause":"killed by signal 9","restart":1,"delay_ms":100,"ts":3000}
 {"type":"task_state","task":"worker:1","attempt":0,"from":"running","to":"failed","exit_code":0,"signal":9,"reason":"killed by signal 9","ts":3000}
 {"type":"task_state","task":"worker:1","attempt":1,"to":"pending","ts":3000}
@@ -67,6 +68,10 @@ TEST(JournalTimelineTest, EachTaskHasItsGenerationsAndTheRestartIsMarked) {
   ASSERT_NE(FindEvent(t, "restart"), nullptr);
   ASSERT_NE(FindEvent(t, "checkpoint_saved"), nullptr);
   ASSERT_NE(FindEvent(t, "checkpoint_resumed"), nullptr);
+  const json* published = FindEvent(t, "model_published");
+  ASSERT_NE(published, nullptr);
+  EXPECT_EQ((*published)["task"], "worker:0");
+  EXPECT_EQ((*published)["text"], "mlp version 3 published at step 50 (loss 0.12)");
   ASSERT_EQ(t["world_size"].size(), 1u);
   EXPECT_EQ(t["world_size"][0][1], 2);
   std::vector<std::string> phases;

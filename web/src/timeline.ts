@@ -18,6 +18,7 @@ const MARKERS: Record<string, {label: string; shape: "cross" | "circle" | "diamo
   restart: {label: "restart", shape: "circle"},
   checkpoint_saved: {label: "checkpoint saved", shape: "diamond"},
   checkpoint_resumed: {label: "resumed from checkpoint", shape: "triangle"},
+  model_published: {label: "model published", shape: "diamond"},
   hung: {label: "hung", shape: "square"},
   world: {label: "world change", shape: "tick"},
   agent_lost: {label: "agent lost", shape: "square"},

@@ -75,6 +75,30 @@ class AgentClient {
                  address_.c_str(), error.c_str());
   }
 
+  // Fire-and-forget, with fields of its own (`fields`: the rest of the JSON object after op,
+  // task and attempt, `"model":"m","version":3`), on a connection of its own that is closed
+  // after the line: an agent older than the op answers it with an error, which must not be read
+  // as the reply to this process's next request. Never fails; one warning when not sent.
+  void ReportAlone(const char* op, const std::string& fields) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!Refresh()) return;
+    std::string line = std::string("{\"op\":\"") + op + "\",\"task\":" + task_json_ +
+                       ",\"attempt\":" + std::to_string(attempt_) + "," + fields + "}\n";
+    int process_fd = fd_;
+    std::string process_buffer;
+    process_buffer.swap(buffer_);
+    fd_ = -1;
+    std::string error;
+    bool sent = SendLocked(line, &error);
+    CloseLocked();
+    fd_ = process_fd;
+    buffer_.swap(process_buffer);
+    if (!sent) {
+      std::fprintf(stderr, "shoal: cannot reach the Shoal agent at %s (%s); the '%s' report was "
+                   "not sent\n", address_.c_str(), error.c_str(), op);
+    }
+  }
+
   ReportResult Request(const char* op, uint64_t step) {
     std::lock_guard<std::mutex> lock(mu_);
     ReportResult result;

@@ -5,7 +5,8 @@ One Unix stream connection per process, opened on first use and re-created in a 
 come back in request order, so a request and the read of its reply happen under one lock.
 
 Two kinds of calls:
-- `report(op, step)`: fire-and-forget (`progress`, `checkpointed`). Never raises for a socket
+- `report(op, step)`: fire-and-forget (`progress`, `checkpointed`; `report_alone` for
+  `published`, on a connection of its own). Never raises for a socket
   problem: a broken connection is re-made once and the line re-sent; if that fails too, reports
   are disabled for the rest of the process with one warning on stderr.
 - `request(fields)`: waits for the reply (`resumed`, `lease`, `done`). A broken connection is
@@ -186,6 +187,24 @@ class _ProcessClient:
                 print(f"shoal: cannot reach the Shoal agent at {self.address_text} "
                       f"({e.strerror or e}); progress and checkpoint reports are disabled for "
                       f"this process", file=sys.stderr, flush=True)
+
+    def report_alone(self, fields):
+        """A fire-and-forget report with fields of its own (`published`), on a connection of
+        its own that is closed after the line: an agent older than the op answers it with an
+        error, which must not be read as the reply to this process's next request. Never
+        raises for a socket problem (one warning on stderr)."""
+        message = {"op": fields["op"], "task": self.task, "attempt": self.attempt}
+        message.update(fields)
+        line = (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode()
+        connection = AgentConnection(self.address_text, REPLY_TIMEOUT_S)
+        try:
+            connection.send(line)
+        except OSError as e:
+            print(f"shoal: cannot reach the Shoal agent at {self.address_text} "
+                  f"({e.strerror or e}); the {fields['op']!r} report was not sent",
+                  file=sys.stderr, flush=True)
+        finally:
+            connection.close()
 
     def request(self, fields):
         message = {"op": fields["op"], "task": self.task, "attempt": self.attempt}

@@ -30,12 +30,16 @@ writing half of model.pt, so that a test can kill it mid-write. Not for producti
 import errno
 import fcntl
 import io
+import math
+import numbers
+import operator
 import os
 import re
 import secrets
 import time
 from typing import Any, Dict, Optional
 
+from . import _client
 from .errors import ShoalError
 from .hdfs_publish import HdfsModelRepository
 from .webhdfs import WEBHDFS_ENV, WebHdfsError, WebHdfsUnreachable
@@ -47,6 +51,10 @@ WRITE_DELAY_ENV = "SHOAL_TEST_PUBLISH_WRITE_DELAY_S"
 INCOMING_PREFIX = ".incoming-"
 COMPLETE_MARKER = ".shoal-complete"  # src/serve/repository/model_repository.h
 LOCK_NAME = ".publish.lock"
+
+# What the agent takes in a `published` report (docs/sdk-protocol.md); more is refused there.
+MAX_METRICS = 64
+MAX_METRIC_NAME = 128
 
 _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
 _VERSION_RE = re.compile(r"^[1-9][0-9]*$")
@@ -290,8 +298,68 @@ def _publish_to_hdfs(repository: HdfsModelRepository, name: str, data: bytes,
         raise _hdfs_failure(repository, f"publish {name} to", e) from None
 
 
+def _checked_step(step) -> Optional[int]:
+    if step is None:
+        return None
+    try:
+        value = operator.index(step.item() if hasattr(step, "item") else step)
+    except (TypeError, ValueError, RuntimeError):
+        raise PublishError(f"publish_model: step must be an integer >= 0, not "
+                           f"{type(step).__name__} {step!r}") from None
+    if value < 0 or value >= 1 << 63:
+        raise PublishError(f"publish_model: step must be an integer >= 0, not {value}")
+    return value
+
+
+def _checked_metrics(metrics) -> Dict[str, float]:
+    """metrics as the flat {name: number} map the report carries, or PublishError naming the
+    entry that is not one. A one-element tensor or a NumPy scalar is taken as its number."""
+    if metrics is None:
+        return {}
+    if not isinstance(metrics, dict):
+        raise PublishError(f"publish_model: metrics must be a dict of name -> number, not "
+                           f"{type(metrics).__name__}")
+    if len(metrics) > MAX_METRICS:
+        raise PublishError(f"publish_model: metrics has {len(metrics)} entries; at most "
+                           f"{MAX_METRICS} are recorded")
+    checked = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key or len(key.encode()) > MAX_METRIC_NAME:
+            raise PublishError(f"publish_model: metric name {key!r} must be a non-empty string "
+                               f"of at most {MAX_METRIC_NAME} bytes")
+        number = value
+        if hasattr(number, "item") and not isinstance(number, numbers.Number):
+            try:
+                number = number.item()
+            except (TypeError, ValueError, RuntimeError):
+                pass
+        try:
+            finite = (not isinstance(number, bool) and isinstance(number, numbers.Real)
+                      and math.isfinite(float(number)))
+        except OverflowError:  # an int beyond a double's range
+            finite = False
+        if not finite:
+            raise PublishError(f"publish_model: metric {key!r} must be a finite number, not "
+                               f"{type(value).__name__} {value!r}")
+        checked[key] = int(number) if isinstance(number, numbers.Integral) else float(number)
+    return checked
+
+
+def _report_published(name: str, version: int, repository: str, step, metrics) -> None:
+    """Tells the agent (fire-and-forget); the master journals it and `shoal status` shows the
+    last one. A no-op when not started by Shoal."""
+    client = _client.client()
+    if client is None:
+        return
+    fields = {"op": "published", "model": name, "version": version,
+              "repository": repository, "metrics": metrics}
+    if step is not None:
+        fields["step"] = step
+    client.report_alone(fields)
+
+
 def publish_model(model, name: str, *, repository: Optional[str] = None,
-                  example_inputs=None, config=None) -> int:
+                  example_inputs=None, config=None, step=None, metrics=None) -> int:
     """Writes a new version of model `name` into the repository and returns its number.
 
     `model`: a TorchScript module, an `nn.Module` (scripted for you; traced on `example_inputs`
@@ -303,7 +371,11 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's
     `publish.keep`) only that many newest versions of the model are left afterwards: under the
     server's default `version_policy: latest` it serves the newest that loads, so keep >= 2
-    leaves the version serving while a new one loads. Raises PublishError naming what is wrong.
+    leaves the version serving while a new one loads. `step` (the training step) and `metrics`
+    (a flat dict of name -> number, e.g. {"loss": 0.12}) go with the report of the publication
+    to the agent, sent once the version is in place: the job's journal records it as
+    `model_published` and `shoal status` shows the last one (a no-op when not run by Shoal).
+    Raises PublishError naming what is wrong, before anything is written.
     """
     repository = repository or os.environ.get(REPOSITORY_ENV)
     if not repository:
@@ -322,6 +394,8 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     elif not os.path.isdir(repository):
         raise PublishError(f"publish_model: the repository {repository} is not a directory")
     keep = _keep_from_environment()
+    step = _checked_step(step)
+    metrics = _checked_metrics(metrics)
     data, module = _model_bytes(model, example_inputs)
 
     config_dict = None
@@ -341,7 +415,9 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
         if (config_dict is not None or config is not None) else None
 
     if hdfs is not None:
-        return _publish_to_hdfs(hdfs, name, data, config_text, keep)
+        version = _publish_to_hdfs(hdfs, name, data, config_text, keep)
+        _report_published(name, version, repository, step, metrics)
+        return version
     model_dir = os.path.join(repository, name)
     os.makedirs(model_dir, exist_ok=True)
     lock_fd = os.open(os.path.join(model_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
@@ -384,6 +460,7 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
             raise
         _fsync_dir(model_dir)
         _prune(model_dir, keep)
-        return version
     finally:
         os.close(lock_fd)  # releases the lock
+    _report_published(name, version, os.path.abspath(repository), step, metrics)
+    return version
