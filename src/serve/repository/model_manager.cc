@@ -763,11 +763,11 @@ absl::Status ModelManager::Pin(const std::string& model, int64_t version) {
   if (!entry.ok()) return entry.status();
   const absl::StatusOr<ModelConfig>& config = ReadConfig(*entry);
   if (config.ok() && config->ensemble) {
-    return absl::InvalidArgumentError(
+    return absl::FailedPreconditionError(
         absl::StrCat("model '", model, "' is an ensemble: it has no versions to pin"));
   }
   if (config.ok() && config->version_policy == VersionPolicy::kAll) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return absl::FailedPreconditionError(absl::StrCat(
         "model '", model, "' has version_policy all: every version serves already; name the "
         "version in the request instead of pinning"));
   }

@@ -127,9 +127,9 @@ class ModelManager {
   // POST /v2/repository/models/{m}/pin {"version": N}: N serves every unversioned request at
   // once (loaded first if need be; a canary is ended) and newer versions are ignored until
   // Unpin. A rolled-back N is forgiven. Remembered across restarts (the model's rollout state
-  // file). NotFound for an unknown model or a version neither loaded nor on disk;
-  // InvalidArgument when N fails to load or the model's version_policy is all (nothing
-  // changes then).
+  // file). NotFound for an unknown model or a version not on disk; InvalidArgument when N
+  // fails to load; FailedPrecondition for an ensemble, version_policy all or an unloaded
+  // model. Nothing changes on an error.
   absl::Status Pin(const std::string& model, int64_t version);
   // POST /v2/repository/models/{m}/unpin: the newest version serves again (through a canary
   // when the config has one). NotFound for an unknown model; FailedPrecondition when not pinned.

@@ -581,6 +581,20 @@ TEST_F(CanaryModelManagerTest, PinUnpinAndRollBackByRequest) {
   EXPECT_EQ(Answer(manager, "m"), 1);
 }
 
+TEST_F(CanaryModelManagerTest, PinAndRollBackNeedVersionPolicyLatest) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("a/config.yaml", "version_policy: all\n");
+  Write("a/1/model.pt", "ok 1");
+  Write("a/2/model.pt", "ok 2");
+  manager.LoadRepository(Scan());
+  absl::Status pin = manager.Pin("a", 1);
+  EXPECT_EQ(pin.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pin.message(), HasSubstr("version_policy all"));
+  EXPECT_EQ(manager.RollBack("a").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(root_ / "a" / ".shoal-serve-rollout.json"));
+  EXPECT_EQ(manager.FindModel("a")->versions.size(), 2u);
+}
+
 TEST_F(CanaryModelManagerTest, RollingBackACanaryByRequestKeepsTheCurrentVersion) {
   ModelManager& manager = *manager_with_dir_;
   Write("m/config.yaml", kCanaryConfig);
