@@ -170,7 +170,9 @@ CanaryRollout::CanaryRollout(CanaryConfig config, std::shared_ptr<ServedVersion>
       current_(std::move(current)),
       canary_(std::move(canary)),
       clock_(clock),
-      start_(clock->Now()) {}
+      start_(clock->Now()),
+      failure_budget_(static_cast<uint64_t>(
+          std::floor(config_.max_error_rate * static_cast<double>(config_.min_requests)))) {}
 
 uint64_t CanaryRollout::ElapsedNs(Clock::TimePoint start) const {
   return static_cast<uint64_t>(
@@ -187,7 +189,9 @@ void CanaryRollout::RecordCurrent(const absl::Status& status, uint64_t ns) {
 
 void CanaryRollout::RecordCanary(bool failed, uint64_t ns) {
   canary_requests_ += 1;
-  if (failed) canary_errors_ += 1;
+  // Past the failure budget the decision is made: no more requests go to the canary from this
+  // one on, without waiting for the rollout thread to apply it.
+  if (failed && canary_errors_.fetch_add(1) + 1 > failure_budget_) Stop();
   canary_latency_.Record(ns);
 }
 

@@ -149,6 +149,7 @@ class CanaryRollout {
   const std::shared_ptr<ServedVersion> canary_;
   const Clock* const clock_;
   const Clock::TimePoint start_;
+  const uint64_t failure_budget_;  // DecideCanary's: failures past it roll back at once
   std::atomic<bool> stopped_{false};
   std::atomic<uint64_t> next_request_{0};
   std::atomic<int64_t> pending_{0};
