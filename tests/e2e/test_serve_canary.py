@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import shoal_e2e as e2e
+from test_serve_grpc import pb  # noqa: F401 -- the generated stubs, a fixture
 from test_serve_swap import (Constant, LoadGenerator, model_bytes, publish, served_version,
                              start, wait_log, wait_serving)
 
@@ -249,4 +250,37 @@ def test_pin_unpin_and_roll_back_through_the_repository_api(shoal_bin, tmp_path)
         assert status == 200 and "3" not in reply["rollout"]["rolled_back"], reply
         assert served_version(server) == 3
     finally:
+        server.kill()
+
+
+def test_grpc_requests_are_routed_through_the_canary_too(shoal_bin, tmp_path, pb):
+    from test_serve_grpc import GrpcServer
+    repo = canary_repository(tmp_path)
+    (repo / "swap" / "config.yaml").write_text(CONFIG.replace(
+        "share: 0.2, duration_s: 2", "share: 0.5, duration_s: 600"))
+    out = tmp_path / "serve"
+    out.mkdir()
+    server = GrpcServer(shoal_bin, repo, out, pb, "--repository-poll-ms", 50,
+                        "--repository-settle-ms", 250)
+    messages = server.messages
+
+    def grpc_version():
+        request = messages.ModelInferRequest(model_name="swap")
+        tensor = request.inputs.add(name="x", datatype="FP32", shape=[1])
+        tensor.contents.fp32_contents.append(0.0)
+        response = server.call("ModelInfer", request)
+        assert float(response.outputs[0].contents.fp32_contents[0]) == \
+            float(response.model_version)
+        return response.model_version
+
+    try:
+        server.wait_ready()
+        publish(repo / "swap", 2, model_bytes(Constant(2.0), tmp_path))
+        wait_log(server, "model 'swap' version 2 is a canary beside version 1: 50%")
+        assert [grpc_version() for _ in range(6)] == ["1", "2", "1", "2", "1", "2"]
+        status, reply = post(server, "/v2/repository/models/swap/rollback")
+        assert status == 200, reply
+        assert {grpc_version() for _ in range(6)} == {"1"}
+    finally:
+        server.close()
         server.kill()
