@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "serve/runtime/model_backend.h"
@@ -583,6 +584,57 @@ TEST_F(CanaryModelManagerTest, PinUnpinAndRollBackByRequest) {
   EXPECT_EQ(last.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(last.message(), HasSubstr("no other version that loads"));
   EXPECT_EQ(Answer(manager, "m"), 1);
+}
+
+// Waits (real time: the copies run on the versions' threads) until the canary of `model` has
+// counted `requests` requests and compared `pairs` pairs.
+void WaitForCanaryFigures(ModelManager& manager, const std::string& model, uint64_t requests,
+                          uint64_t pairs) {
+  for (int i = 0; i < 500; ++i) {
+    auto view = manager.FindModel(model);
+    const auto& figures = view->rollout->canary_figures;
+    if (figures && figures->canary_requests == requests && figures->drift_pairs == pairs) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "the canary of " << model << " never counted " << requests << " requests and "
+                << pairs << " compared pairs";
+}
+
+TEST_F(CanaryModelManagerTest, OutputDriftDecidesMirroredAndSampledCanaries) {
+  ModelManager& manager = *manager_with_dir_;
+  constexpr char kDrift[] =
+      "outputs: [{name: y, datatype: FP32, dims: [1]}]\n"
+      "rollout: {canary: {share: 0.5, duration_s: 10, min_requests: 4, max_p99_ratio: 0,\n"
+      "                   max_output_drift: 0.5, mirror: MIRROR}}\n";
+  std::string mirrored = kDrift, sampled = kDrift;
+  mirrored.replace(mirrored.find("MIRROR"), 6, "true");
+  sampled.replace(sampled.find("MIRROR"), 6, "false");
+  Write("mirrored/config.yaml", mirrored);
+  Write("mirrored/1/model.pt", "ok 1");
+  Write("sampled/config.yaml", sampled);
+  Write("sampled/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("mirrored/2/model.pt", "ok 1.2");  // drift 0.2: within 0.5
+  Write("sampled/2/model.pt", "ok 5");     // drift 4
+  manager.ApplyScan(Scan());
+  // Mirrored: every caller gets version 1, copies of every other request run on 2.
+  EXPECT_EQ(Serve(manager, "mirrored", 8), std::vector<float>(8, 1));
+  WaitForCanaryFigures(manager, "mirrored", 4, 4);
+  // Sampled: callers of the canary's share get its answers, which are compared after.
+  EXPECT_EQ(Serve(manager, "sampled", 8), (std::vector<float>{1, 5, 1, 5, 1, 5, 1, 5}));
+  WaitForCanaryFigures(manager, "sampled", 4, 4);
+  clock_.Advance(std::chrono::seconds(11));
+  manager.DecideCanaries();
+  auto mirrored_view = manager.FindModel("mirrored");
+  EXPECT_EQ(mirrored_view->rollout->serving, 2);
+  EXPECT_EQ(mirrored_view->rollout->last->decision, "promoted");
+  EXPECT_THAT(mirrored_view->rollout->last->reason,
+              HasSubstr("mean output drift 0.2 over 4 compared requests (max 0.5)"));
+  auto sampled_view = manager.FindModel("sampled");
+  EXPECT_EQ(sampled_view->rollout->serving, 1);
+  EXPECT_EQ(sampled_view->rollout->last->decision, "rolled_back");
+  EXPECT_EQ(sampled_view->rollout->last->reason,
+            "mean output drift 4 over 4 compared requests (max 0.5)");
 }
 
 TEST_F(CanaryModelManagerTest, PinAndRollBackNeedVersionPolicyLatest) {
