@@ -33,7 +33,7 @@ int ServedVersionCount(const ModelConfig& config, const ModelEntry& model) {
 }
 
 // The decisions that outlive the server: DIR/<model>/<this>. Hidden, so the scanner and
-// publishers leave it alone (docs/design/0015-serve-canary.md says why it lives there).
+// publishers leave it alone (docs/design/0017-serve-canary.md says why it lives there).
 constexpr char kRolloutStateFile[] = ".shoal-serve-rollout.json";
 
 std::string Join(const std::set<int64_t>& numbers) {
