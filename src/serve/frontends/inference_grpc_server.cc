@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <mutex>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
@@ -145,16 +146,23 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   grpc::Status Infer(const inference::ModelInferRequest& request,
                      inference::ModelInferResponse* response) {
-    auto version = models_->FindVersion(request.model_name(), VersionOf(request.model_version()));
-    if (!version.ok()) return ToGrpcStatus(version.status());
+    auto route = models_->RouteInference(request.model_name(), VersionOf(request.model_version()));
+    if (!route.ok()) return ToGrpcStatus(route.status());
     absl::StatusOr<InferRequest> decoded = DecodeModelInferRequest(request);
     if (!decoded.ok()) return ToGrpcStatus(decoded.status());
     std::string id = decoded->id;
-    absl::StatusOr<std::vector<Tensor>> outputs = (*version)->Infer(*std::move(decoded));
+    // While a canary runs, the rollout picks the version (held by `route` meanwhile).
+    ServedVersion* answered = route->version.get();
+    absl::StatusOr<std::vector<Tensor>> outputs;
+    if (route->rollout) {
+      std::tie(answered, outputs) = route->rollout->Infer(*std::move(decoded));
+    } else {
+      outputs = answered->Infer(*std::move(decoded));
+    }
     if (!outputs.ok()) return ToGrpcStatus(outputs.status());
     // Outputs come back in the form the inputs came in.
     bool raw = request.raw_input_contents_size() > 0;
-    EncodeModelInferResponse((*version)->model_name(), (*version)->version(), id, *outputs, raw,
+    EncodeModelInferResponse(answered->model_name(), answered->version(), id, *outputs, raw,
                              response);
     return grpc::Status::OK;
   }

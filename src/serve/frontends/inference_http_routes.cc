@@ -1,10 +1,12 @@
 #include "serve/frontends/inference_http_routes.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
 #include "serve/frontends/json_codec.h"
 #include "serve/frontends/prometheus_text.h"
@@ -22,6 +24,7 @@ int HttpStatus(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument: return 400;
     case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kFailedPrecondition: return 409;
     case absl::StatusCode::kUnavailable: return 503;
     default: return 500;
   }
@@ -117,6 +120,43 @@ std::optional<ModelPath> ParseModelPath(const std::vector<std::string_view>& seg
   return path;
 }
 
+json RolloutEventJson(const RolloutEvent& event) {
+  return {{"version", absl::StrCat(event.version)},
+          {"decision", event.decision},
+          {"reason", event.reason},
+          {"unix_ms", event.unix_ms}};
+}
+
+// The "rollout" object of a model's metadata (docs/serving.md, "Canary rollout and rollback").
+json RolloutJson(const RolloutView& view) {
+  json rollout = {{"policy", view.has_policy ? "canary" : "none"},
+                  {"serving", view.serving ? json(absl::StrCat(view.serving)) : json(nullptr)},
+                  {"state", view.canary ? "canary" : "serving"}};
+  if (view.canary) {
+    const CanarySnapshot& f = *view.canary_figures;
+    rollout["canary"] = {
+        {"version", absl::StrCat(*view.canary)},
+        {"share", view.canary_share},
+        {"mirror", view.mirror},
+        {"seconds", std::chrono::duration<double>(f.elapsed).count()},
+        {"requests", f.canary_requests},
+        {"errors", f.canary_errors},
+        {"fallbacks", f.fallbacks},
+        {"p99_ms", static_cast<double>(f.canary_p99_ns) / 1e6},
+        {"current_requests", f.current_requests},
+        {"current_errors", f.current_errors},
+        {"current_p99_ms", static_cast<double>(f.current_p99_ns) / 1e6},
+        {"drift_pairs", f.drift_pairs},
+        {"mean_drift", f.mean_drift}};
+  }
+  rollout["pinned"] = view.pinned ? json(absl::StrCat(*view.pinned)) : json(nullptr);
+  json rolled_back = json::object();
+  for (const auto& [v, why] : view.rolled_back) rolled_back[absl::StrCat(v)] = why;
+  rollout["rolled_back"] = rolled_back;
+  rollout["last_decision"] = view.last ? RolloutEventJson(*view.last) : json(nullptr);
+  return rollout;
+}
+
 HttpReply ModelMetadata(ModelManager* models, const ModelPath& path) {
   auto version = models->FindVersion(path.name, path.version);
   if (!version.ok()) return ErrorReply(version.status());
@@ -127,16 +167,18 @@ HttpReply ModelMetadata(ModelManager* models, const ModelPath& path) {
   json inputs = json::array(), outputs = json::array();
   for (const auto& t : (*version)->inputs()) inputs.push_back(TensorMetadata(t));
   for (const auto& t : (*version)->outputs()) outputs.push_back(TensorMetadata(t));
-  return JsonReply({{"name", model->name},
-                    {"versions", versions},
-                    {"platform", (*version)->platform()},
-                    {"inputs", inputs},
-                    {"outputs", outputs},
-                    {"parameters",
-                     {{"version", absl::StrCat((*version)->version())},
-                      {"max_batch_size", (*version)->max_batch_size()},
-                      {"instances", (*version)->instances()},
-                      {"threads_per_instance", (*version)->threads_per_instance()}}}});
+  json metadata = {{"name", model->name},
+                   {"versions", versions},
+                   {"platform", (*version)->platform()},
+                   {"inputs", inputs},
+                   {"outputs", outputs},
+                   {"parameters",
+                    {{"version", absl::StrCat((*version)->version())},
+                     {"max_batch_size", (*version)->max_batch_size()},
+                     {"instances", (*version)->instances()},
+                     {"threads_per_instance", (*version)->threads_per_instance()}}}};
+  if (model->rollout) metadata["rollout"] = RolloutJson(*model->rollout);
+  return JsonReply(metadata);
 }
 
 // KServe v2: 200 when ready, another status when not. A model or version that exists but does
@@ -185,6 +227,7 @@ HttpReply Metrics(ModelManager* models) {
   HttpReply reply;
   reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
   reply.body = FormatPrometheusText(metrics);
+  reply.body += FormatRolloutPrometheusText(models->RolloutMetricsNow());
   return reply;
 }
 
@@ -205,9 +248,47 @@ HttpReply RepositoryIndex(ModelManager* models, const HttpRequest& req) {
     if (!entry.version.empty()) row["version"] = entry.version;
     row["state"] = entry.state;
     if (!entry.reason.empty()) row["reason"] = entry.reason;
+    if (!entry.rollout_state.empty()) row["rollout_state"] = entry.rollout_state;
+    if (!entry.decision.empty()) {
+      row["decision"] = entry.decision;
+      row["decision_reason"] = entry.decision_reason;
+    }
     index.push_back(std::move(row));
   }
   return JsonReply(index);
+}
+
+// POST /v2/repository/models/{m}/pin {"version": "N"}, .../unpin and .../rollback (bodies
+// empty or {}): the model's metadata "rollout" object after the change.
+HttpReply RolloutAction(ModelManager* models, const HttpRequest& req, const std::string& action,
+                        const std::string& model) {
+  absl::StatusOr<json> body =
+      RepositoryRequestBody(req, action == "pin" ? std::initializer_list<std::string_view>{"version"}
+                                                 : std::initializer_list<std::string_view>{});
+  if (!body.ok()) return ErrorReply(body.status());
+  absl::Status done;
+  if (action == "pin") {
+    const json& version = (*body)["version"];
+    int64_t number = 0;
+    bool ok = (version.is_number_integer() && (number = version.get<int64_t>()) >= 1) ||
+              (version.is_string() && absl::SimpleAtoi(version.get<std::string>(), &number) &&
+               number >= 1 && absl::StrCat(number) == version.get<std::string>());
+    if (!ok) {
+      return InferenceRoutes::Error(
+          400, absl::StrCat(req.path, ": the body must be {\"version\": N} with N a version "
+                                      "number >= 1, e.g. {\"version\": \"2\"}"));
+    }
+    done = models->Pin(model, number);
+  } else if (action == "unpin") {
+    done = models->Unpin(model);
+  } else {
+    done = models->RollBack(model);
+  }
+  if (!done.ok()) return ErrorReply(done);
+  absl::StatusOr<ModelView> view = models->FindModel(model);
+  if (!view.ok()) return ErrorReply(view.status());
+  return JsonReply({{"name", model},
+                    {"rollout", view->rollout ? RolloutJson(*view->rollout) : json(nullptr)}});
 }
 
 HttpReply InferReply(const ServedVersion& version, const std::string& id,
@@ -301,6 +382,17 @@ void InferenceRoutes::Handle(HttpRequest req, HttpReplyFn reply) const {
       });
       return;
     }
+    if (segments.size() == 5 && segments[2] == "models" &&
+        (segments[4] == "pin" || segments[4] == "unpin" || segments[4] == "rollback")) {
+      std::string action(segments[4]);
+      std::string model(segments[3]);
+      // Pinning may load a version, rolling back may load an earlier one: off the front end.
+      blocking_->Post([models = models_, req = std::move(req), reply = std::move(reply),
+                       action = std::move(action), model = std::move(model)] {
+        Send(reply, RolloutAction(models, req, action, model));
+      });
+      return;
+    }
     return no_endpoint();
   }
   if (segments[1] != "models") return no_endpoint();
@@ -315,16 +407,30 @@ void InferenceRoutes::Handle(HttpRequest req, HttpReplyFn reply) const {
   if (path->action == "ready") return Send(reply, ModelReady(models_, *path));
   if (path->action == "stats") return Send(reply, ModelStats(models_, *path));
 
-  absl::StatusOr<std::shared_ptr<ServedVersion>> version =
-      models_->FindVersion(path->name, path->version);
-  if (!version.ok()) return Send(reply, ErrorReply(version.status()));
+  absl::StatusOr<InferenceRoute> route = models_->RouteInference(path->name, path->version);
+  if (!route.ok()) return Send(reply, ErrorReply(route.status()));
   std::optional<std::string_view> json_size;
   if (req.inference_header_content_length) json_size = *req.inference_header_content_length;
   absl::StatusOr<InferRequest> request = DecodeInferRequest(req.body, json_size);
   if (!request.ok()) return Send(reply, ErrorReply(request.status()));
   std::string id = request->id;
   BinaryOutputs binary = request->binary_outputs;
-  std::shared_ptr<ServedVersion> served = *std::move(version);
+  if (route->rollout) {
+    // A canary runs: the rollout picks the version. The reply closure holds the rollout (and
+    // so both versions) until the front end has sent it.
+    CanaryRollout* rollout = route->rollout.get();
+    rollout->InferAsync(
+        *std::move(request),
+        [reply = std::move(reply), hold = std::move(route->rollout), id = std::move(id),
+         binary = std::move(binary)](ServedVersion* answered,
+                                     absl::StatusOr<std::vector<Tensor>> outputs) mutable {
+          HttpReplyFn send = std::move(reply);
+          send([hold = std::move(hold), answered, id = std::move(id), binary = std::move(binary),
+                outputs = std::move(outputs)] { return InferReply(*answered, id, binary, outputs); });
+        });
+    return;
+  }
+  std::shared_ptr<ServedVersion> served = std::move(route->version);
   // Everything the reply needs moves into the closure handed to the front end, so that the
   // model's thread lets go of the version before the front end does.
   auto done = [reply = std::move(reply), served, id = std::move(id),

@@ -89,4 +89,48 @@ std::string FormatPrometheusText(const std::vector<VersionMetrics>& versions) {
   return out;
 }
 
+std::string FormatRolloutPrometheusText(const std::vector<RolloutMetrics>& models) {
+  std::string out;
+  auto model_label = [](const RolloutMetrics& m, const std::string& extra = "") {
+    return absl::StrCat("{model=\"", EscapeLabelValue(m.model), "\"", extra, "}");
+  };
+  absl::StrAppend(&out,
+                  "# HELP shoal_serve_canary_decisions_total Canary versions promoted or rolled "
+                  "back, automatically or by request.\n# TYPE shoal_serve_canary_decisions_total "
+                  "counter\n");
+  for (const RolloutMetrics& m : models) {
+    absl::StrAppend(&out, "shoal_serve_canary_decisions_total",
+                    model_label(m, ",decision=\"promoted\""), " ", m.promoted, "\n");
+    absl::StrAppend(&out, "shoal_serve_canary_decisions_total",
+                    model_label(m, ",decision=\"rolled_back\""), " ", m.rolled_back, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP shoal_serve_canary_share The share of the model's unversioned requests "
+                  "sent (or mirrored) to its canary now; 0 without a canary.\n# TYPE "
+                  "shoal_serve_canary_share gauge\n");
+  for (const RolloutMetrics& m : models) {
+    absl::StrAppend(&out, "shoal_serve_canary_share", model_label(m), " ",
+                    absl::StrFormat("%g", m.canary_share), "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP shoal_serve_canary_requests_total Unversioned requests routed while a "
+                  "canary ran, by the role of the version they went to (mirrored copies count "
+                  "for the canary).\n# TYPE shoal_serve_canary_requests_total counter\n");
+  for (const RolloutMetrics& m : models) {
+    absl::StrAppend(&out, "shoal_serve_canary_requests_total",
+                    model_label(m, ",role=\"current\""), " ", m.routed_current, "\n");
+    absl::StrAppend(&out, "shoal_serve_canary_requests_total",
+                    model_label(m, ",role=\"canary\""), " ", m.routed_canary, "\n");
+  }
+  absl::StrAppend(&out,
+                  "# HELP shoal_serve_canary_fallbacks_total Canary requests that failed and were "
+                  "answered by the current version instead.\n# TYPE "
+                  "shoal_serve_canary_fallbacks_total counter\n");
+  for (const RolloutMetrics& m : models) {
+    absl::StrAppend(&out, "shoal_serve_canary_fallbacks_total", model_label(m), " ", m.fallbacks,
+                    "\n");
+  }
+  return out;
+}
+
 }  // namespace shoal::serve

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "serve/core/inference_stats.h"
+#include "serve/repository/canary_rollout.h"
 
 namespace shoal::serve {
 
@@ -29,6 +30,9 @@ struct VersionMetrics {
 // once, with its HELP and TYPE lines, then one sample per version labelled
 // {model="..",version=".."}. Families are listed even when `versions` is empty.
 std::string FormatPrometheusText(const std::vector<VersionMetrics>& versions);
+
+// The canary families (shoal_serve_canary_*), labelled {model=".."}; listed even when empty.
+std::string FormatRolloutPrometheusText(const std::vector<RolloutMetrics>& models);
 
 // `value` escaped for a label value: backslash, double quote and newline.
 std::string EscapeLabelValue(const std::string& value);

@@ -1,6 +1,7 @@
 #include "serve/repository/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -18,7 +19,16 @@ namespace {
 
 constexpr absl::string_view kTopKeys[] = {"inputs",    "outputs",   "max_batch_size",
                                           "batch_delay_us", "instances", "threads_per_instance",
-                                          "warmup", "version_policy", "ensemble"};
+                                          "warmup", "version_policy", "ensemble",
+                                          "rollout"};
+constexpr absl::string_view kRolloutKeys[] = {"canary"};
+constexpr absl::string_view kCanaryKeys[] = {"share",          "duration_s",    "min_requests",
+                                             "max_error_rate", "max_p99_ratio", "max_output_drift",
+                                             "mirror"};
+constexpr char kRolloutForm[] =
+    "a map such as {canary: {share: 0.05, duration_s: 30, min_requests: 200}}";
+constexpr int64_t kMaxCanaryDurationS = 7 * 24 * 3600;
+constexpr int64_t kMaxCanaryRequests = int64_t{1} << 40;
 constexpr absl::string_view kEnsembleKeys[] = {"models", "combine"};
 constexpr char kEnsembleForm[] = "a map such as {models: [a, b], combine: mean}";
 constexpr absl::string_view kTensorKeys[] = {"name", "datatype", "dims"};
@@ -335,6 +345,13 @@ class ConfigParser {
       }
       return;
     }
+    if (const Entry* e = Find(entries, "rollout")) {
+      ParseRollout(*e, config);
+      if (config.rollout.canary && config.version_policy != VersionPolicy::kLatest) {
+        Error(e->line, "rollout",
+              "a canary needs version_policy latest (with 'all' every version serves already)");
+      }
+    }
     if (const Entry* e = Find(entries, "warmup")) {
       if (!Find(entries, "inputs")) {
         Error(e->line, "warmup",
@@ -344,6 +361,85 @@ class ConfigParser {
         ParseWarmup(*e, config);
       }
     }
+  }
+
+  // A number (integer or decimal) in [min, max]; `above_min` excludes min itself.
+  std::optional<double> Number(const Entry& e, const std::string& key, double min, double max,
+                               bool above_min = false) {
+    double n = 0;
+    bool is_number = e.value.IsScalar() && e.value.Tag() == "?" &&
+                     absl::SimpleAtod(e.value.Scalar(), &n) && std::isfinite(n);
+    if (!is_number || n < min || n > max || (above_min && n == min)) {
+      Error(e.line, key,
+            absl::StrCat("must be a number ", above_min ? "> " : ">= ", min, " and <= ", max,
+                         ", got ", Describe(e.value)));
+      return std::nullopt;
+    }
+    return n;
+  }
+
+  void ParseRollout(const Entry& e, ModelConfig& config) {
+    if (!e.value.IsMap()) {
+      Error(e.line, "rollout", absl::StrCat("must be ", kRolloutForm, ", got ", Describe(e.value)));
+      return;
+    }
+    std::vector<Entry> entries = Entries(e.value, "rollout", e.line);
+    CheckKnownKeys(entries, "rollout", kRolloutKeys);
+    const Entry* canary = Find(entries, "canary");
+    if (!canary) return;
+    if (!canary->value.IsMap()) {
+      Error(canary->line, "rollout.canary",
+            absl::StrCat("must be a map of ", absl::StrJoin(kCanaryKeys, ", "), ", got ",
+                         Describe(canary->value)));
+      return;
+    }
+    std::vector<Entry> keys = Entries(canary->value, "rollout.canary", canary->line);
+    CheckKnownKeys(keys, "rollout.canary", kCanaryKeys);
+    CanaryConfig c;
+    size_t before = problems_.size();
+    if (const Entry* k = Find(keys, "share")) {
+      if (auto n = Number(*k, "rollout.canary.share", 0, 1, /*above_min=*/true)) c.share = *n;
+    }
+    if (const Entry* k = Find(keys, "duration_s")) {
+      if (auto n = Number(*k, "rollout.canary.duration_s", 0, kMaxCanaryDurationS)) {
+        c.duration_s = *n;
+      }
+    }
+    if (const Entry* k = Find(keys, "min_requests")) {
+      if (auto n = Integer(*k, "rollout.canary.min_requests", 1, kMaxCanaryRequests)) {
+        c.min_requests = *n;
+      }
+    }
+    if (const Entry* k = Find(keys, "max_error_rate")) {
+      if (auto n = Number(*k, "rollout.canary.max_error_rate", 0, 1)) c.max_error_rate = *n;
+    }
+    if (const Entry* k = Find(keys, "max_p99_ratio")) {
+      if (auto n = Number(*k, "rollout.canary.max_p99_ratio", 0, 1e6)) {
+        if (*n != 0 && *n < 1) {
+          Error(k->line, "rollout.canary.max_p99_ratio",
+                absl::StrCat("must be >= 1 (the canary's p99 over the current version's), or 0 "
+                             "to leave latency out, got ",
+                             Describe(k->value)));
+        } else {
+          c.max_p99_ratio = *n;
+        }
+      }
+    }
+    if (const Entry* k = Find(keys, "max_output_drift")) {
+      if (auto n = Number(*k, "rollout.canary.max_output_drift", 0, 1e6)) c.max_output_drift = *n;
+    }
+    if (const Entry* k = Find(keys, "mirror")) {
+      std::string text = k->value.IsScalar() ? k->value.Scalar() : "";
+      if (text == "true") {
+        c.mirror = true;
+      } else if (text == "false") {
+        c.mirror = false;
+      } else {
+        Error(k->line, "rollout.canary.mirror",
+              absl::StrCat("must be true or false, got ", Describe(k->value)));
+      }
+    }
+    if (problems_.size() == before) config.rollout.canary = c;
   }
 
   void ParseEnsemble(const Entry& e, ModelConfig& config) {

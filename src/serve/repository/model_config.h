@@ -47,6 +47,26 @@ enum class VersionPolicy {
   kAll,     // every version that loads
 };
 
+// `rollout: {canary: {...}}`: a new version found by the repository watcher first serves as a
+// canary beside the current one, and is promoted or rolled back on what it did
+// (docs/serving.md, "Canary rollout and rollback"; repository/canary_rollout.h).
+struct CanaryConfig {
+  double share = 0.1;           // of the unversioned requests (or mirrored copies), in (0, 1]
+  double duration_s = 60;       // the shortest canary period
+  int64_t min_requests = 100;   // canary requests before a promotion can be decided
+  double max_error_rate = 0.01;  // failed canary requests / canary requests
+  // The canary's p99 latency over the current version's; 0: latency not compared.
+  double max_p99_ratio = 2.0;
+  // Set: outputs of both versions on the same inputs are compared (relative L1 distance).
+  std::optional<double> max_output_drift;
+  // Copies of `share` of the requests go to the canary; the replies come from the current.
+  bool mirror = false;
+};
+
+struct RolloutConfig {
+  std::optional<CanaryConfig> canary;
+};
+
 // DIR/<model>/config.yaml. Every key is optional; the defaults are those of a model directory
 // without a config file (docs/serving.md).
 struct ModelConfig {
@@ -67,6 +87,8 @@ struct ModelConfig {
   std::vector<WarmupSample> warmup;
   // Default: latest, as Triton's default (latest 1).
   VersionPolicy version_policy = VersionPolicy::kLatest;
+  // New versions roll out as a canary when set (version_policy latest only).
+  RolloutConfig rollout;
   // Set: the model is an ensemble, and no other key is allowed.
   std::optional<EnsembleConfig> ensemble;
 };

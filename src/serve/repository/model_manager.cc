@@ -1,14 +1,22 @@
 #include "serve/repository/model_manager.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "nlohmann/json.hpp"
 #include "serve/runtime/model_backend.h"
 
 namespace shoal::serve {
@@ -24,7 +32,209 @@ int ServedVersionCount(const ModelConfig& config, const ModelEntry& model) {
   return model.versions.empty() ? 0 : 1;
 }
 
+// The decisions that outlive the server: DIR/<model>/<this>. Hidden, so the scanner and
+// publishers leave it alone (docs/design/0017-serve-canary.md says why it lives there).
+constexpr char kRolloutStateFile[] = ".shoal-serve-rollout.json";
+
+std::string Join(const std::set<int64_t>& numbers) {
+  std::vector<std::string> parts;
+  for (int64_t n : numbers) parts.push_back(absl::StrCat(n));
+  return parts.empty() ? "none" : absl::StrJoin(parts, ", ");
+}
+
+std::string ShareText(double share) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g%%", share * 100);
+  return text;
+}
+
 }  // namespace
+
+ModelManager::~ModelManager() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rollout_stopping_ = true;
+    for (auto& [name, state] : models_) {
+      if (state.canary) retired_.push_back(std::move(state.canary));
+    }
+  }
+  rollout_wake_.notify_all();
+  if (rollout_thread_.joinable()) rollout_thread_.join();
+  // Copies still running call back into their rollout: wait for them (the front ends have
+  // stopped; what is queued runs within the versions' shutdown anyway).
+  std::vector<std::shared_ptr<CanaryRollout>> retired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired = std::move(retired_);
+  }
+  for (const auto& rollout : retired) {
+    for (int i = 0; rollout->pending() > 0 && i < 1000; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+}
+
+std::string ModelManager::ModelDir(const std::string& model) const {
+  return absl::StrCat(repository_dir_, "/", model);
+}
+
+ModelManager::PersistedRollout ModelManager::ReadRollout(const std::string& model_dir) {
+  PersistedRollout rollout;
+  std::string path = absl::StrCat(model_dir, "/", kRolloutStateFile);
+  if (access(path.c_str(), F_OK) != 0) return rollout;
+  absl::StatusOr<std::string> text = ReadFile(path);
+  std::string error;
+  if (!text.ok()) {
+    error = std::string(text.status().message());
+  } else {
+    nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object()) {
+      error = "not a JSON object";
+    } else {
+      if (json.contains("pinned") && json["pinned"].is_number_integer()) {
+        rollout.pinned = json["pinned"].get<int64_t>();
+      }
+      if (json.contains("rolled_back") && json["rolled_back"].is_object()) {
+        for (const auto& [key, why] : json["rolled_back"].items()) {
+          int64_t version = 0;
+          if (absl::SimpleAtoi(key, &version) && why.is_string()) {
+            rollout.rolled_back[version] = why.get<std::string>();
+          }
+        }
+      }
+    }
+  }
+  std::string& last = rollout_read_errors_[model_dir];
+  if (error != last && !error.empty()) {
+    Log(absl::StrCat("warning: ", path, ": ", error, "; the model's pin and rolled-back versions "
+                     "there are ignored until it is fixed"));
+  }
+  last = error;
+  return rollout;
+}
+
+void ModelManager::WriteRollout(const std::string& model_dir, const std::string& model,
+                                const PersistedRollout& rollout) {
+  std::string path = absl::StrCat(model_dir, "/", kRolloutStateFile);
+  if (!rollout.pinned && rollout.rolled_back.empty()) {
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      Log(absl::StrCat("warning: model '", model, "': cannot remove ", path, ": ",
+                       std::strerror(errno)));
+    }
+    return;
+  }
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  if (rollout.pinned) json["pinned"] = *rollout.pinned;
+  nlohmann::ordered_json rolled_back = nlohmann::ordered_json::object();
+  for (const auto& [version, why] : rollout.rolled_back) rolled_back[absl::StrCat(version)] = why;
+  json["rolled_back"] = rolled_back;
+  absl::Status written = WriteFileAtomically(path, json.dump(2) + "\n");
+  if (!written.ok()) {
+    Log(absl::StrCat("warning: model '", model, "': cannot record its pin and rolled-back "
+                     "versions: ", written.message(),
+                     "; they hold until the server restarts"));
+  }
+}
+
+void ModelManager::RetireLocked(ModelState& state, std::shared_ptr<CanaryRollout> rollout) {
+  if (!rollout) return;
+  rollout->Stop();
+  state.routed_current += rollout->routed_to_current();
+  state.routed_canary += rollout->routed_to_canary();
+  state.fallbacks += rollout->Snapshot().fallbacks;
+  retired_.push_back(std::move(rollout));
+}
+
+void ModelManager::StartRolloutThreadLocked() {
+  if (!rollout_thread_.joinable() && !rollout_stopping_) {
+    rollout_thread_ = std::thread([this] { RolloutLoop(); });
+  }
+  rollout_wake_.notify_all();
+}
+
+void ModelManager::DecideCanaries() {
+  std::vector<std::pair<std::string, std::shared_ptr<CanaryRollout>>> canaries;
+  std::vector<std::shared_ptr<CanaryRollout>> freed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, state] : models_) {
+      if (state.canary) canaries.emplace_back(name, state.canary);
+    }
+    auto done = std::stable_partition(retired_.begin(), retired_.end(),
+                                      [](const auto& r) { return r->pending() > 0; });
+    freed.assign(std::make_move_iterator(done), std::make_move_iterator(retired_.end()));
+    retired_.erase(done, retired_.end());
+  }
+  freed.clear();  // here, not on a model's instance thread
+  for (const auto& [name, rollout] : canaries) {
+    std::optional<CanaryDecision> decision = rollout->Evaluate();
+    if (!decision) continue;
+    // Traffic leaves a failing canary now, even while a load holds update_mu_.
+    if (decision->verdict == CanaryVerdict::kRollBack) rollout->Stop();
+    std::lock_guard<std::mutex> update(update_mu_);
+    ApplyDecision(name, rollout, *decision, "");
+  }
+}
+
+void ModelManager::RolloutLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!rollout_stopping_) {
+    bool busy = !retired_.empty() ||
+                std::any_of(models_.begin(), models_.end(),
+                            [](const auto& m) { return m.second.canary != nullptr; });
+    if (busy) {
+      rollout_wake_.wait_for(lock, std::chrono::milliseconds(50));
+    } else {
+      rollout_wake_.wait(lock);
+    }
+    if (rollout_stopping_) break;
+    lock.unlock();
+    DecideCanaries();
+    lock.lock();
+  }
+}
+
+void ModelManager::ApplyDecision(const std::string& model,
+                                 const std::shared_ptr<CanaryRollout>& rollout,
+                                 const CanaryDecision& decision, const std::string& by) {
+  const bool promote = decision.verdict == CanaryVerdict::kPromote;
+  const int64_t canary = rollout->canary()->version();
+  const int64_t current = rollout->current()->version();
+  std::string reason = by.empty() ? decision.reason : by;
+  std::vector<std::shared_ptr<ServedVersion>> released;
+  PersistedRollout persisted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(model);
+    if (it == models_.end() || it->second.canary != rollout) return;  // changed meanwhile
+    ModelState& state = it->second;
+    if (promote) {
+      for (auto& [v, version] : state.versions) released.push_back(std::move(version));
+      state.versions = {{canary, rollout->canary()}};
+      state.promoted += 1;
+    } else {
+      state.rolled_back[canary] = reason;
+      state.rolled_back_count += 1;
+    }
+    RetireLocked(state, std::move(state.canary));
+    state.canary = nullptr;
+    state.last_event = RolloutEvent{canary, promote ? "promoted" : "rolled_back", reason,
+                                    clock_->UnixMillis()};
+    persisted.pinned = state.pinned;
+    persisted.rolled_back = state.rolled_back;
+  }
+  if (!promote) WriteRollout(ModelDir(model), model, persisted);
+  Log(promote ? absl::StrCat("model '", model, "' version ", canary,
+                             " promoted (was a canary beside version ", current,
+                             "; it now serves every unversioned request): ", reason)
+              : absl::StrCat("model '", model, "' version ", canary,
+                             " rolled back (was a canary beside version ", current,
+                             ", which keeps serving; not loaded again until pinned): ", reason));
+  for (const auto& version : released) {
+    Log(absl::StrCat("model '", model, "' version ", version->version(),
+                     " unloaded (requests running on it finish first)"));
+  }
+}
 
 int ModelManager::AutomaticThreads(int cpus,
                                    const std::vector<std::pair<ModelConfig, int>>& models) {
@@ -106,13 +316,23 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
   const absl::StatusOr<ModelConfig>& config = ReadConfig(model);
   std::map<int64_t, std::shared_ptr<ServedVersion>> current;
   std::map<int64_t, FailedVersion> failed;
+  std::shared_ptr<CanaryRollout> running_canary;
+  PersistedRollout persisted = ReadRollout(model.dir);
+  bool state_file = access(absl::StrCat(model.dir, "/", kRolloutStateFile).c_str(), F_OK) == 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const ModelState& state = models_[model.name];
     current = state.versions;
     failed = state.failed_versions;
+    running_canary = state.canary;
+    // What this server decided holds even where the file could not be written.
+    for (const auto& [v, why] : state.rolled_back) persisted.rolled_back.emplace(v, why);
+    if (!state_file) persisted.pinned = state.pinned;
   }
   if (config.ok() && config->ensemble) return SyncEnsemble(model, *config);
+  std::optional<CanaryConfig> canary_config;
+  if (config.ok()) canary_config = config->rollout.canary;
+  std::shared_ptr<ServedVersion> canary_version;  // to run as a canary beside `current`
   std::string refusal;
   std::map<int64_t, std::shared_ptr<ServedVersion>> chosen;
   if (!config.ok()) {
@@ -125,6 +345,9 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
     // with the same files).
     auto serve = [&](const VersionEntry& entry) -> std::shared_ptr<ServedVersion> {
       if (auto it = current.find(entry.version); it != current.end()) return it->second;
+      if (running_canary && running_canary->canary()->version() == entry.version) {
+        return running_canary->canary();
+      }
       auto before = failed.find(entry.version);
       if (!retry_failed && before != failed.end() &&
           before->second.fingerprint == entry.fingerprint) {
@@ -143,10 +366,19 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
     };
     if (config->version_policy == VersionPolicy::kLatest) {
       for (auto it = model.versions.rbegin(); it != model.versions.rend(); ++it) {
+        if (persisted.rolled_back.count(it->version)) continue;
+        if (persisted.pinned && it->version != *persisted.pinned) continue;
         if (auto version = serve(*it)) {
           chosen[it->version] = std::move(version);
           break;
         }
+      }
+      // A newer version than the one serving runs as a canary first, when the config asks.
+      if (canary_config && !persisted.pinned && chosen.size() == 1 && current.size() == 1 &&
+          chosen.begin()->first > current.begin()->first &&
+          !persisted.rolled_back.count(current.begin()->first)) {
+        canary_version = chosen.begin()->second;
+        chosen = current;
       }
     } else {
       for (const VersionEntry& entry : model.versions) {
@@ -168,9 +400,55 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
   // below, or by the last request still running on them.
   std::vector<std::shared_ptr<ServedVersion>> released;
   std::string log_refusal;
+  std::vector<std::string> rollout_log;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ModelState& state = models_[model.name];
+    state.canary_config = canary_config;
+    state.pinned = persisted.pinned;
+    state.rolled_back = persisted.rolled_back;
+    std::shared_ptr<ServedVersion> serving_next =
+        chosen.empty() ? nullptr : chosen.rbegin()->second;
+    bool same_canary = state.canary && canary_version &&
+                       state.canary->canary() == canary_version &&
+                       state.canary->current() == serving_next;
+    if (!same_canary && state.canary) {
+      int64_t ended = state.canary->canary()->version();
+      std::string why;
+      if (persisted.rolled_back.count(ended)) {
+        why = absl::StrCat("rolled back (recorded in ", kRolloutStateFile,
+                           ", e.g. by another server sharing the repository): ",
+                           persisted.rolled_back.at(ended));
+        state.rolled_back_count += 1;
+        state.last_event =
+            RolloutEvent{ended, "rolled_back", persisted.rolled_back.at(ended), clock_->UnixMillis()};
+      } else if (persisted.pinned) {
+        why = absl::StrCat("canary ended: the model is pinned to version ", *persisted.pinned);
+      } else if (canary_version) {
+        why = absl::StrCat("canary superseded by version ", canary_version->version());
+        state.last_event = RolloutEvent{ended, "superseded", why, clock_->UnixMillis()};
+      } else {
+        why = "canary ended (its version left the repository, or the config has no canary now)";
+      }
+      rollout_log.push_back(absl::StrCat("model '", model.name, "' version ", ended, ": ", why));
+      RetireLocked(state, std::move(state.canary));
+      state.canary = nullptr;
+    }
+    if (!same_canary && canary_version && serving_next) {
+      state.canary = std::make_shared<CanaryRollout>(*canary_config, serving_next, canary_version,
+                                                     clock_);
+      StartRolloutThreadLocked();
+      const CanaryConfig& c = *canary_config;
+      rollout_log.push_back(absl::StrCat(
+          "model '", model.name, "' version ", canary_version->version(),
+          " is a canary beside version ", serving_next->version(), ": ", ShareText(c.share),
+          " of the unversioned requests", c.mirror ? " mirrored to it (replies from the current)" : "",
+          ", promoted after at least ", c.duration_s, " s and ", c.min_requests,
+          " canary requests unless it fails more than ", ShareText(c.max_error_rate),
+          c.max_p99_ratio > 0 ? absl::StrCat(", its p99 exceeds x", c.max_p99_ratio) : "",
+          c.max_output_drift ? absl::StrCat(", or its output drift exceeds ", *c.max_output_drift)
+                             : ""));
+    }
     state.loading = false;
     state.failed_versions = std::move(failed);
     state.on_disk.clear();
@@ -191,6 +469,7 @@ std::vector<std::string> ModelManager::SyncModel(const ModelEntry& model, bool r
     state.refusal = std::move(new_refusal);
   }
   if (!log_refusal.empty()) Log(absl::StrCat("model '", model.name, "' refused: ", log_refusal));
+  for (const std::string& line : rollout_log) Log(line);
   for (const auto& version : released) {
     Log(absl::StrCat("model '", model.name, "' version ", version->version(),
                      " unloaded (requests running on it finish first)"));
@@ -453,12 +732,218 @@ absl::Status ModelManager::UnloadModel(const std::string& model) {
     for (auto& [v, version] : state.versions) released.push_back(std::move(version));
     state.versions.clear();
     state.failed_versions.clear();
+    RetireLocked(state, std::move(state.canary));
+    state.canary = nullptr;
     state.refusal = absl::StrCat("unloaded (POST /v2/repository/models/", model,
                                  "/load serves it again)");
   }
   Log(absl::StrCat("model '", model, "' unloaded on request (", released.size(),
                    " version(s); requests running on them finish first)"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<ModelEntry> ModelManager::ScanModel(const std::string& model) const {
+  absl::StatusOr<RepositoryScan> scan = ScanModelRepository(repository_dir_);
+  if (!scan.ok()) return absl::UnavailableError(scan.status().message());
+  for (ModelEntry& entry : scan->models) {
+    if (entry.name == model) return std::move(entry);
+  }
+  return absl::NotFoundError(absl::StrCat("no model '", model, "' in the repository ",
+                                          repository_dir_, ": expected a directory ",
+                                          repository_dir_, "/", model));
+}
+
+absl::Status ModelManager::Pin(const std::string& model, int64_t version) {
+  std::lock_guard<std::mutex> update(update_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!models_.count(model)) return UnknownModel(model);
+  }
+  absl::StatusOr<ModelEntry> entry = ScanModel(model);
+  if (!entry.ok()) return entry.status();
+  const absl::StatusOr<ModelConfig>& config = ReadConfig(*entry);
+  if (config.ok() && config->ensemble) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", model, "' is an ensemble: it has no versions to pin"));
+  }
+  if (config.ok() && config->version_policy == VersionPolicy::kAll) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model, "' has version_policy all: every version serves already; name the "
+        "version in the request instead of pinning"));
+  }
+  std::set<int64_t> on_disk;
+  for (const VersionEntry& v : entry->versions) on_disk.insert(v.version);
+  if (!on_disk.count(version)) {
+    return absl::NotFoundError(absl::StrCat("model '", model, "' has no version ", version,
+                                            " on disk; its versions: ", Join(on_disk)));
+  }
+  PersistedRollout before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model];
+    if (state.unloaded) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", model, "' is unloaded; load it first (POST /v2/repository/models/", model,
+          "/load)"));
+    }
+    before = {state.pinned, state.rolled_back};
+    state.pinned = version;
+    state.rolled_back.erase(version);
+  }
+  PersistedRollout after = before;
+  after.pinned = version;
+  after.rolled_back.erase(version);
+  WriteRollout(entry->dir, model, after);
+  SyncModel(*entry, /*retry_failed=*/true);
+  std::string why_not;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model];
+    if (!state.versions.count(version)) {
+      auto failed = state.failed_versions.find(version);
+      why_not = failed != state.failed_versions.end() ? failed->second.why : "it did not load";
+      state.pinned = before.pinned;
+      state.rolled_back = before.rolled_back;
+    } else {
+      state.last_event = RolloutEvent{version, "pinned", "pinned by request", clock_->UnixMillis()};
+    }
+  }
+  if (!why_not.empty()) {
+    WriteRollout(entry->dir, model, before);
+    SyncModel(*entry, /*retry_failed=*/false);
+    return absl::InvalidArgumentError(absl::StrCat("model '", model, "' version ", version,
+                                                   " cannot be pinned: ", why_not,
+                                                   " (nothing changed)"));
+  }
+  Log(absl::StrCat("model '", model, "' pinned to version ", version,
+                   " by request: it serves every unversioned request, newer versions are "
+                   "ignored until POST /v2/repository/models/",
+                   model, "/unpin"));
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::Unpin(const std::string& model) {
+  std::lock_guard<std::mutex> update(update_mu_);
+  PersistedRollout after;
+  int64_t was = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(model);
+    if (it == models_.end()) return UnknownModel(model);
+    if (!it->second.pinned) {
+      return absl::FailedPreconditionError(absl::StrCat("model '", model, "' is not pinned"));
+    }
+    was = *it->second.pinned;
+  }
+  absl::StatusOr<ModelEntry> entry = ScanModel(model);
+  if (!entry.ok()) return entry.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model];
+    state.pinned.reset();
+    state.last_event = RolloutEvent{was, "unpinned", "unpinned by request", clock_->UnixMillis()};
+    after.rolled_back = state.rolled_back;
+  }
+  WriteRollout(entry->dir, model, after);
+  Log(absl::StrCat("model '", model, "' unpinned by request: its newest version serves again"));
+  SyncModel(*entry, /*retry_failed=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status ModelManager::RollBack(const std::string& model) {
+  std::lock_guard<std::mutex> update(update_mu_);
+  std::shared_ptr<CanaryRollout> rollout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = models_.find(model);
+    if (it == models_.end()) return UnknownModel(model);
+    rollout = it->second.canary;
+  }
+  if (rollout) {
+    rollout->Stop();
+    ApplyDecision(model, rollout, CanaryDecision{CanaryVerdict::kRollBack, ""},
+                  "rolled back by request");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ModelEntry> entry = ScanModel(model);
+  if (!entry.ok()) return entry.status();
+  const absl::StatusOr<ModelConfig>& config = ReadConfig(*entry);
+  if (config.ok() && (config->ensemble || config->version_policy == VersionPolicy::kAll)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model, "': rolling back needs a model with version_policy latest (not an "
+        "ensemble)"));
+  }
+  PersistedRollout before;
+  int64_t serving = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model];
+    if (state.versions.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", model, "' serves no version to roll back"));
+    }
+    serving = state.versions.rbegin()->first;
+    before = {state.pinned, state.rolled_back};
+    state.rolled_back[serving] = "rolled back by request";
+    if (state.pinned == serving) state.pinned.reset();
+  }
+  PersistedRollout after = before;
+  after.rolled_back[serving] = "rolled back by request";
+  if (after.pinned == serving) after.pinned.reset();
+  WriteRollout(entry->dir, model, after);
+  SyncModel(*entry, /*retry_failed=*/false);
+  int64_t now_serving = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ModelState& state = models_[model];
+    if (!state.versions.empty()) now_serving = state.versions.rbegin()->first;
+    if (now_serving == serving || now_serving == 0) {
+      state.pinned = before.pinned;
+      state.rolled_back = before.rolled_back;
+    } else {
+      state.rolled_back_count += 1;
+      state.last_event = RolloutEvent{
+          serving, "rolled_back", absl::StrCat("rolled back by request; version ", now_serving,
+                                               " serves instead"),
+          clock_->UnixMillis()};
+    }
+  }
+  if (now_serving == serving || now_serving == 0) {
+    WriteRollout(entry->dir, model, before);
+    SyncModel(*entry, /*retry_failed=*/false);
+    std::set<int64_t> on_disk;
+    for (const VersionEntry& v : entry->versions) on_disk.insert(v.version);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", model, "' has no other version that loads to roll back to (on disk: ",
+        Join(on_disk), "); version ", serving, " keeps serving"));
+  }
+  Log(absl::StrCat("model '", model, "' version ", serving, " rolled back by request: version ",
+                   now_serving, " serves instead; ", serving, " is not loaded again until pinned"));
+  return absl::OkStatus();
+}
+
+std::vector<RolloutMetrics> ModelManager::RolloutMetricsNow() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RolloutMetrics> metrics;
+  for (const auto& [name, state] : models_) {
+    if (!state.canary_config && !state.pinned && state.rolled_back.empty() && !state.last_event) {
+      continue;
+    }
+    RolloutMetrics& m = metrics.emplace_back();
+    m.model = name;
+    m.promoted = state.promoted;
+    m.rolled_back = state.rolled_back_count;
+    m.routed_current = state.routed_current;
+    m.routed_canary = state.routed_canary;
+    m.fallbacks = state.fallbacks;
+    if (state.canary) {
+      m.canary_share = state.canary->stopped() ? 0 : state.canary->config().share;
+      m.routed_current += state.canary->routed_to_current();
+      m.routed_canary += state.canary->routed_to_canary();
+      m.fallbacks += state.canary->Snapshot().fallbacks;
+    }
+  }
+  return metrics;
 }
 
 std::vector<RepositoryIndexEntry> ModelManager::Index() const {
@@ -469,11 +954,31 @@ std::vector<RepositoryIndexEntry> ModelManager::Index() const {
       index.push_back({name, "", state.loading ? "LOADING" : "UNAVAILABLE", state.refusal});
       continue;
     }
+    bool rollout = state.canary_config || state.pinned || !state.rolled_back.empty() ||
+                   state.last_event;
     std::map<int64_t, RepositoryIndexEntry> rows;
+    if (rollout) {
+      for (const auto& [v, why] : state.rolled_back) {
+        if (!state.on_disk.count(v)) continue;
+        rows[v] = {name, absl::StrCat(v), "UNAVAILABLE", absl::StrCat("rolled back: ", why),
+                   "rolled_back"};
+      }
+    }
     for (const auto& [v, why] : state.failed_versions) {
       rows[v] = {name, absl::StrCat(v), "UNAVAILABLE", why.why};
     }
-    for (const auto& [v, version] : state.versions) rows[v] = {name, absl::StrCat(v), "READY", ""};
+    for (const auto& [v, version] : state.versions) {
+      rows[v] = {name, absl::StrCat(v), "READY", ""};
+      if (rollout) rows[v].rollout_state = "serving";
+    }
+    if (state.canary) {
+      int64_t v = state.canary->canary()->version();
+      rows[v] = {name, absl::StrCat(v), "READY", "", "canary"};
+    }
+    if (state.last_event && rows.count(state.last_event->version)) {
+      rows[state.last_event->version].decision = state.last_event->decision;
+      rows[state.last_event->version].decision_reason = state.last_event->reason;
+    }
     for (auto& [v, row] : rows) index.push_back(std::move(row));
   }
   return index;
@@ -501,6 +1006,7 @@ std::vector<std::shared_ptr<ServedVersion>> ModelManager::ServingVersions() cons
   std::vector<std::shared_ptr<ServedVersion>> serving;
   for (const auto& [name, state] : models_) {
     for (const auto& [v, version] : state.versions) serving.push_back(version);
+    if (state.canary) serving.push_back(state.canary->canary());
   }
   return serving;
 }
@@ -511,6 +1017,13 @@ bool ModelManager::IsLoaded() const {
 }
 
 absl::StatusOr<std::shared_ptr<ServedVersion>> ModelManager::FindVersion(
+    const std::string& model, const std::optional<std::string>& version_text) const {
+  absl::StatusOr<InferenceRoute> route = RouteInference(model, version_text);
+  if (!route.ok()) return route.status();
+  return std::move(route->version);
+}
+
+absl::StatusOr<InferenceRoute> ModelManager::RouteInference(
     const std::string& model, const std::optional<std::string>& version_text) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = models_.find(model);
@@ -523,12 +1036,21 @@ absl::StatusOr<std::shared_ptr<ServedVersion>> ModelManager::FindVersion(
     return absl::NotFoundError(
         absl::StrCat("model '", model, "' is not available: ", state.refusal));
   }
-  if (!version_text) return state.versions.rbegin()->second;
+  if (!version_text) return InferenceRoute{state.versions.rbegin()->second, state.canary};
   std::vector<std::string> ready;
   for (const auto& [v, version] : state.versions) ready.push_back(absl::StrCat(v));
   int64_t number = 0;
   if (absl::SimpleAtoi(*version_text, &number)) {
-    if (auto v = state.versions.find(number); v != state.versions.end()) return v->second;
+    if (auto v = state.versions.find(number); v != state.versions.end()) {
+      return InferenceRoute{v->second, nullptr};
+    }
+    if (state.canary && state.canary->canary()->version() == number) {
+      return InferenceRoute{state.canary->canary(), nullptr};
+    }
+    if (auto r = state.rolled_back.find(number); r != state.rolled_back.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", model, "' version ", number,
+                                              " was rolled back: ", r->second));
+    }
     if (auto f = state.failed_versions.find(number); f != state.failed_versions.end()) {
       return absl::NotFoundError(absl::StrCat("model '", model, "' version ", number,
                                               " is not available: ", f->second.why));
@@ -561,6 +1083,13 @@ absl::StatusOr<Readiness> ModelManager::CheckReadiness(
   bool numeral = absl::SimpleAtoi(*version_text, &number) && number >= 1 &&
                  absl::StrCat(number) == *version_text;
   if (numeral && state.versions.count(number)) return Readiness{true, ""};
+  if (numeral && state.canary && state.canary->canary()->version() == number) {
+    return Readiness{true, ""};
+  }
+  if (numeral && state.rolled_back.count(number) && state.on_disk.count(number)) {
+    return not_ready(absl::StrCat("model '", model, "' version ", number, " was rolled back: ",
+                                  state.rolled_back.at(number)));
+  }
   if (numeral && state.failed_versions.count(number)) {
     return not_ready(absl::StrCat("model '", model, "' version ", number, " is not available: ",
                                   state.failed_versions.at(number).why));
@@ -569,6 +1098,11 @@ absl::StatusOr<Readiness> ModelManager::CheckReadiness(
   if (state.loading) return model_not_ready();
   if (numeral && state.on_disk.count(number)) {
     if (state.versions.empty()) return model_not_ready();
+    if (state.pinned) {
+      return not_ready(absl::StrCat("model '", model, "' version ", number,
+                                    " is not served: the model is pinned to version ",
+                                    *state.pinned));
+    }
     return not_ready(absl::StrCat("model '", model, "' version ", number,
                                   " is not served: its version_policy serves version(s) ",
                                   absl::StrJoin(ready, ", ")));
@@ -586,6 +1120,25 @@ absl::StatusOr<ModelView> ModelManager::FindModel(const std::string& model) cons
   view.name = model;
   const ModelState& state = it->second;
   for (const auto& [v, version] : state.versions) view.versions.push_back(version);
+  if (state.canary) {
+    view.versions.push_back(state.canary->canary());
+    std::sort(view.versions.begin(), view.versions.end(),
+              [](const auto& a, const auto& b) { return a->version() < b->version(); });
+  }
+  if (state.canary_config || state.pinned || !state.rolled_back.empty() || state.last_event) {
+    RolloutView& rollout = view.rollout.emplace();
+    rollout.has_policy = state.canary_config.has_value();
+    if (!state.versions.empty()) rollout.serving = state.versions.rbegin()->first;
+    if (state.canary) {
+      rollout.canary = state.canary->canary()->version();
+      rollout.canary_share = state.canary->stopped() ? 0 : state.canary->config().share;
+      rollout.mirror = state.canary->config().mirror;
+      rollout.canary_figures = state.canary->Snapshot();
+    }
+    rollout.pinned = state.pinned;
+    rollout.rolled_back = state.rolled_back;
+    rollout.last = state.last_event;
+  }
   return view;
 }
 

@@ -101,13 +101,13 @@ TEST(ModelConfigTest, RefusesInvalidYamlWithLineAndColumn) {
 TEST(ModelConfigTest, RefusesATopLevelThatIsNotAMap) {
   EXPECT_EQ(ParseError("- 1\n- 2\n"),
             "models/mlp/config.yaml:1: a model config must be a map of inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble; got a list");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble, rollout; got a list");
 }
 
 TEST(ModelConfigTest, RefusesUnknownKeysListingTheAcceptedOnes) {
   EXPECT_EQ(ParseError("instances: 1\nmax_batch: 4\n"),
             "models/mlp/config.yaml:2: max_batch: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble, rollout");
 }
 
 TEST(ModelConfigTest, RefusesAKeyGivenTwice) {
@@ -238,7 +238,56 @@ TEST(ModelConfigTest, ReportsEveryProblemInFileOrder) {
             "models/mlp/config.yaml:1: threads_per_instance: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:2: instances: must be an integer >= 1, got 0\n"
             "models/mlp/config.yaml:3: foo: unknown key; accepted keys: inputs, outputs, "
-            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble");
+            "max_batch_size, batch_delay_us, instances, threads_per_instance, warmup, version_policy, ensemble, rollout");
+}
+
+TEST(ModelConfigTest, ARolloutCanaryTakesItsKeysAndDefaultsTheRest) {
+  ModelConfig none = ParseOk("instances: 1\n");
+  EXPECT_FALSE(none.rollout.canary.has_value());
+  ModelConfig config = ParseOk(
+      "rollout:\n"
+      "  canary: {share: 0.05, duration_s: 30, min_requests: 200, max_error_rate: 0.01,\n"
+      "           max_p99_ratio: 1.5, max_output_drift: 0.05, mirror: true}\n");
+  ASSERT_TRUE(config.rollout.canary.has_value());
+  const CanaryConfig& c = *config.rollout.canary;
+  EXPECT_DOUBLE_EQ(c.share, 0.05);
+  EXPECT_DOUBLE_EQ(c.duration_s, 30);
+  EXPECT_EQ(c.min_requests, 200);
+  EXPECT_DOUBLE_EQ(c.max_error_rate, 0.01);
+  EXPECT_DOUBLE_EQ(c.max_p99_ratio, 1.5);
+  ASSERT_TRUE(c.max_output_drift.has_value());
+  EXPECT_DOUBLE_EQ(*c.max_output_drift, 0.05);
+  EXPECT_TRUE(c.mirror);
+  ModelConfig defaults = ParseOk("rollout: {canary: {}}\n");
+  ASSERT_TRUE(defaults.rollout.canary.has_value());
+  EXPECT_DOUBLE_EQ(defaults.rollout.canary->share, 0.1);
+  EXPECT_FALSE(defaults.rollout.canary->max_output_drift.has_value());
+  EXPECT_FALSE(defaults.rollout.canary->mirror);
+}
+
+TEST(ModelConfigTest, RefusesABadRolloutNamingTheKey) {
+  EXPECT_EQ(ParseError("rollout:\n  canary:\n    shares: 0.1\n"),
+            "models/mlp/config.yaml:3: rollout.canary.shares: unknown key; accepted keys: share, "
+            "duration_s, min_requests, max_error_rate, max_p99_ratio, max_output_drift, mirror");
+  EXPECT_EQ(ParseError("rollout:\n  canary:\n    share: 0\n"),
+            "models/mlp/config.yaml:3: rollout.canary.share: must be a number > 0 and <= 1, got 0");
+  EXPECT_EQ(ParseError("rollout: {canary: {share: lots}}\n"),
+            "models/mlp/config.yaml:1: rollout.canary.share: must be a number > 0 and <= 1, got "
+            "'lots'");
+  EXPECT_EQ(ParseError("rollout: {canary: {min_requests: 0}}\n"),
+            "models/mlp/config.yaml:1: rollout.canary.min_requests: must be an integer >= 1, got 0");
+  EXPECT_EQ(ParseError("rollout: {canary: {max_p99_ratio: 0.5}}\n"),
+            "models/mlp/config.yaml:1: rollout.canary.max_p99_ratio: must be >= 1 (the canary's "
+            "p99 over the current version's), or 0 to leave latency out, got '0.5'");
+  EXPECT_EQ(ParseError("rollout: {canary: {mirror: yes please}}\n"),
+            "models/mlp/config.yaml:1: rollout.canary.mirror: must be true or false, got 'yes "
+            "please'");
+  EXPECT_EQ(ParseError("rollout: {blue_green: {}}\n"),
+            "models/mlp/config.yaml:1: rollout.blue_green: unknown key; accepted keys: canary");
+  EXPECT_THAT(ParseError("version_policy: all\nrollout: {canary: {}}\n"),
+              HasSubstr("config.yaml:2: rollout: a canary needs version_policy latest"));
+  EXPECT_THAT(ParseError("ensemble: {models: [a, b], combine: mean}\nrollout: {canary: {}}\n"),
+              HasSubstr("config.yaml:2: rollout: not allowed in an ensemble's config"));
 }
 
 TEST(ModelConfigTest, ReadingAMissingFileNamesIt) {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "serve/runtime/model_backend.h"
@@ -42,6 +43,39 @@ class ConstantModel final : public BackendModel {
   const std::vector<std::string> arguments_{"x"};
 };
 
+// "fail": loads, then fails every request it runs; "wide <value>": answers with shape [2].
+class FailingModel final : public BackendModel {
+ public:
+  const std::vector<std::string>& ArgumentNames() const override { return arguments_; }
+  bool Run(std::vector<Tensor>&, std::vector<Tensor>*, std::string* error) override {
+    *error = "RuntimeError: deliberately broken";
+    return false;
+  }
+
+ private:
+  const std::vector<std::string> arguments_{"x"};
+};
+
+class WideModel final : public BackendModel {
+ public:
+  explicit WideModel(float value) : value_(value) {}
+  const std::vector<std::string>& ArgumentNames() const override { return arguments_; }
+  bool Run(std::vector<Tensor>&, std::vector<Tensor>* outputs, std::string*) override {
+    Tensor out;
+    out.datatype = DataType::kFp32;
+    out.shape = {2};
+    out.data.resize(2 * sizeof(float));
+    std::memcpy(out.data.data(), &value_, sizeof(float));
+    std::memcpy(out.data.data() + sizeof(float), &value_, sizeof(float));
+    outputs->assign(1, std::move(out));
+    return true;
+  }
+
+ private:
+  const float value_;
+  const std::vector<std::string> arguments_{"x"};
+};
+
 class TextBackend final : public ModelBackend {
  public:
   std::unique_ptr<BackendModel> Load(const std::string& path, std::string* error) override {
@@ -49,7 +83,11 @@ class TextBackend final : public ModelBackend {
     std::ifstream file(path);
     std::string word;
     float value = 0;
+    if (file >> word && word == "fail") return std::make_unique<FailingModel>();
+    file.clear();
+    file.seekg(0);
     if (file >> word >> value && word == "ok") return std::make_unique<ConstantModel>(value);
+    if (word == "wide") return std::make_unique<WideModel>(value);
     *error = path + ": not a model";
     return nullptr;
   }
@@ -330,6 +368,302 @@ TEST_F(ModelManagerTest, AnEnsembleUsesItsMembersNewVersionsAndANewConfigOnTheNe
   Write("e/config.yaml", "ensemble: {models: [a, zz], combine: mean}\n");
   manager_.ApplyScan(Scan());
   EXPECT_FLOAT_EQ(Answer("e"), std::cbrt(3.0f * 4.0f * 16.0f));
+}
+
+}  // namespace
+}  // namespace shoal::serve
+
+namespace shoal::serve {
+namespace {
+
+// A config whose canary decides quickly: every other request, 10 s, 6 requests, no latency rule.
+constexpr char kCanaryConfig[] =
+    "outputs: [{name: y, datatype: FP32, dims: [1]}]\n"
+    "rollout: {canary: {share: 0.5, duration_s: 10, min_requests: 6, max_error_rate: 0.2,\n"
+    "                   max_p99_ratio: 0}}\n";
+
+class CanaryModelManagerTest : public RepositoryModelManagerTest {
+ protected:
+  // Runs `count` unversioned requests through the model's route; the values answered, in order
+  // (-1 for an error).
+  std::vector<float> Serve(ModelManager& manager, const std::string& model, int count) {
+    std::vector<float> answers;
+    for (int i = 0; i < count; ++i) {
+      auto route = manager.RouteInference(model, std::nullopt);
+      if (!route.ok()) {
+        ADD_FAILURE() << route.status();
+        answers.push_back(-1);
+        continue;
+      }
+      if (!route->rollout) {
+        answers.push_back(Run(*route->version));
+        continue;
+      }
+      InferRequest request;
+      Tensor x;
+      x.name = "x";
+      x.shape = {1};
+      x.data.resize(sizeof(float));
+      request.inputs.push_back(x);
+      auto [answered, outputs] = route->rollout->Infer(std::move(request));
+      float value = -1;
+      if (outputs.ok() && outputs->size() == 1 && outputs->front().shape == std::vector<int64_t>{1}) {
+        std::memcpy(&value, outputs->front().data.data(), sizeof(float));
+      }
+      answers.push_back(value);
+    }
+    return answers;
+  }
+  using ModelManagerTest::Answer;
+  float Answer(ModelManager& manager, const std::string& model) {
+    auto version = manager.FindVersion(model, std::nullopt);
+    if (!version.ok()) {
+      ADD_FAILURE() << version.status();
+      return -1;
+    }
+    return Run(**version);
+  }
+  std::string StateFile() {
+    std::ifstream in(root_ / "m" / ".shoal-serve-rollout.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+};
+
+TEST_F(CanaryModelManagerTest, AGoodNewVersionServesItsShareThenIsPromoted) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("m/config.yaml", kCanaryConfig);
+  Write("m/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("m/2/model.pt", "ok 2");
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(Serve(manager, "m", 6), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+  auto view = manager.FindModel("m");
+  ASSERT_TRUE(view.ok() && view->rollout && view->rollout->canary);
+  EXPECT_EQ(*view->rollout->canary, 2);
+  EXPECT_EQ(view->rollout->serving, 1);
+  manager.ApplyScan(Scan());  // the watcher's next pass changes nothing
+  manager.DecideCanaries();
+  EXPECT_EQ(manager.FindModel("m")->rollout->canary, 2) << "10 s have not passed";
+  EXPECT_EQ(Serve(manager, "m", 6), (std::vector<float>{1, 2, 1, 2, 1, 2}));
+  clock_.Advance(std::chrono::seconds(11));
+  manager.DecideCanaries();
+  view = manager.FindModel("m");
+  ASSERT_TRUE(view.ok() && view->rollout);
+  EXPECT_FALSE(view->rollout->canary.has_value());
+  EXPECT_EQ(view->rollout->serving, 2);
+  ASSERT_TRUE(view->rollout->last.has_value());
+  EXPECT_EQ(view->rollout->last->decision, "promoted");
+  EXPECT_THAT(view->rollout->last->reason, HasSubstr("6 canary requests in 11 s: error rate 0%"));
+  EXPECT_EQ(Serve(manager, "m", 3), (std::vector<float>{2, 2, 2}));
+  auto metrics = manager.RolloutMetricsNow();
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_EQ(metrics[0].promoted, 1u);
+  EXPECT_EQ(metrics[0].routed_canary, 6u);
+  EXPECT_EQ(metrics[0].routed_current, 6u);
+  EXPECT_EQ(metrics[0].canary_share, 0);
+}
+
+// A canary that fails (or answers with the wrong shape) is rolled back after a few requests,
+// none of which fails for the caller, and stays out: across scans and a restart.
+void ExpectRolledBack(CanaryModelManagerTest& test, ModelManager& manager,
+                      const std::vector<float>& answers) {
+  EXPECT_EQ(answers, std::vector<float>(answers.size(), 1)) << "every caller got version 1";
+  manager.DecideCanaries();
+  auto view = manager.FindModel("m");
+  ASSERT_TRUE(view.ok() && view->rollout);
+  EXPECT_FALSE(view->rollout->canary.has_value());
+  EXPECT_EQ(view->rollout->serving, 1);
+  ASSERT_TRUE(view->rollout->last.has_value());
+  EXPECT_EQ(view->rollout->last->decision, "rolled_back");
+  EXPECT_THAT(view->rollout->last->reason,
+              HasSubstr("2 of 2 canary requests failed, more than max_error_rate 0.2 allows over "
+                        "min_requests 6 (1)"));
+  EXPECT_EQ(view->rollout->rolled_back.count(2), 1u);
+  EXPECT_EQ(manager.RolloutMetricsNow()[0].rolled_back, 1u);
+  EXPECT_EQ(manager.RolloutMetricsNow()[0].fallbacks, 2u);
+}
+
+TEST_F(CanaryModelManagerTest, AFailingCanaryIsRolledBackWithoutAFailedRequestAndStaysOut) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("m/config.yaml", kCanaryConfig);
+  Write("m/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("m/2/model.pt", "fail");
+  manager.ApplyScan(Scan());
+  std::vector<float> answers = Serve(manager, "m", 4);
+  // The second failure is past the budget: no request goes to the canary after it, even
+  // before the decision is applied.
+  for (float answer : Serve(manager, "m", 4)) answers.push_back(answer);
+  ExpectRolledBack(*this, manager, answers);
+  EXPECT_THAT(StateFile(), HasSubstr("\"2\": \"2 of 2 canary requests failed"));
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(backend_.LoadsOf(Path("m/2/model.pt")), 1) << "not loaded again";
+  EXPECT_EQ(Serve(manager, "m", 2), (std::vector<float>{1, 1}));
+  auto index = manager.Index();
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index[1].version, "2");
+  EXPECT_EQ(index[1].state, "UNAVAILABLE");
+  EXPECT_EQ(index[1].rollout_state, "rolled_back");
+  EXPECT_EQ(index[1].decision, "rolled_back");
+  EXPECT_EQ(index[0].rollout_state, "serving");
+  auto readiness = manager.CheckReadiness("m", "2");
+  ASSERT_TRUE(readiness.ok());
+  EXPECT_FALSE(readiness->ready);
+  EXPECT_THAT(readiness->why_not, HasSubstr("was rolled back"));
+
+  // A restarted server reads the decision back.
+  ModelManager restarted(&backend_, &clock_, 2, root_.string());
+  restarted.LoadRepository(Scan());
+  EXPECT_EQ(Serve(restarted, "m", 2), (std::vector<float>{1, 1}));
+  EXPECT_EQ(backend_.LoadsOf(Path("m/2/model.pt")), 1);
+  // A newer good version still gets its canary.
+  Write("m/3/model.pt", "ok 3");
+  restarted.ApplyScan(Scan());
+  EXPECT_EQ(restarted.FindModel("m")->rollout->canary, 3);
+}
+
+TEST_F(CanaryModelManagerTest, ACanaryAnsweringTheWrongShapeIsRolledBack) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("m/config.yaml", kCanaryConfig);
+  Write("m/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("m/2/model.pt", "wide 2");
+  manager.ApplyScan(Scan());
+  ExpectRolledBack(*this, manager, Serve(manager, "m", 4));
+}
+
+TEST_F(CanaryModelManagerTest, PinUnpinAndRollBackByRequest) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("m/1/model.pt", "ok 1");
+  Write("m/2/model.pt", "ok 2");
+  manager.LoadRepository(Scan());
+  EXPECT_EQ(Answer(manager, "m"), 2);
+  ASSERT_TRUE(manager.Pin("m", 1).ok());
+  EXPECT_EQ(Answer(manager, "m"), 1);
+  Write("m/3/model.pt", "ok 3");
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(Answer(manager, "m"), 1) << "pinned: newer versions are ignored";
+  EXPECT_THAT(StateFile(), HasSubstr("\"pinned\": 1"));
+  {
+    ModelManager restarted(&backend_, &clock_, 2, root_.string());
+    restarted.LoadRepository(Scan());
+    EXPECT_EQ(Answer(restarted, "m"), 1) << "the pin outlives a restart";
+  }
+  ASSERT_TRUE(manager.Unpin("m").ok());
+  EXPECT_EQ(Answer(manager, "m"), 3);
+  ASSERT_TRUE(manager.RollBack("m").ok());
+  EXPECT_EQ(Answer(manager, "m"), 2);
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(Answer(manager, "m"), 2) << "3 is not loaded again";
+  EXPECT_EQ(manager.FindModel("m")->rollout->last->decision, "rolled_back");
+  // Pinning a rolled-back version forgives it.
+  ASSERT_TRUE(manager.Pin("m", 3).ok());
+  EXPECT_EQ(Answer(manager, "m"), 3);
+
+  // Bad requests change nothing.
+  EXPECT_EQ(manager.Pin("m", 9).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager.Pin("nope", 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager.RollBack("nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(manager.Unpin("nope").code(), absl::StatusCode::kNotFound);
+  Write("m/4/model.pt", "broken");
+  EXPECT_EQ(manager.Pin("m", 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Answer(manager, "m"), 3);
+  EXPECT_EQ(manager.FindModel("m")->rollout->pinned, 3);
+  ASSERT_TRUE(manager.Unpin("m").ok());
+  EXPECT_EQ(manager.Unpin("m").code(), absl::StatusCode::kFailedPrecondition);
+  // 4 does not load: 3 serves; rolling 3 back goes to 2, then 2 to 1; 1 has nothing before it.
+  manager.ApplyScan(Scan());
+  EXPECT_EQ(Answer(manager, "m"), 3);
+  ASSERT_TRUE(manager.RollBack("m").ok());
+  EXPECT_EQ(Answer(manager, "m"), 2);
+  ASSERT_TRUE(manager.RollBack("m").ok());
+  EXPECT_EQ(Answer(manager, "m"), 1);
+  absl::Status last = manager.RollBack("m");
+  EXPECT_EQ(last.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(last.message(), HasSubstr("no other version that loads"));
+  EXPECT_EQ(Answer(manager, "m"), 1);
+}
+
+// Waits (real time: the copies run on the versions' threads) until the canary of `model` has
+// counted `requests` requests and compared `pairs` pairs.
+void WaitForCanaryFigures(ModelManager& manager, const std::string& model, uint64_t requests,
+                          uint64_t pairs) {
+  for (int i = 0; i < 500; ++i) {
+    auto view = manager.FindModel(model);
+    const auto& figures = view->rollout->canary_figures;
+    if (figures && figures->canary_requests == requests && figures->drift_pairs == pairs) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "the canary of " << model << " never counted " << requests << " requests and "
+                << pairs << " compared pairs";
+}
+
+TEST_F(CanaryModelManagerTest, OutputDriftDecidesMirroredAndSampledCanaries) {
+  ModelManager& manager = *manager_with_dir_;
+  constexpr char kDrift[] =
+      "outputs: [{name: y, datatype: FP32, dims: [1]}]\n"
+      "rollout: {canary: {share: 0.5, duration_s: 10, min_requests: 4, max_p99_ratio: 0,\n"
+      "                   max_output_drift: 0.5, mirror: MIRROR}}\n";
+  std::string mirrored = kDrift, sampled = kDrift;
+  mirrored.replace(mirrored.find("MIRROR"), 6, "true");
+  sampled.replace(sampled.find("MIRROR"), 6, "false");
+  Write("mirrored/config.yaml", mirrored);
+  Write("mirrored/1/model.pt", "ok 1");
+  Write("sampled/config.yaml", sampled);
+  Write("sampled/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("mirrored/2/model.pt", "ok 1.2");  // drift 0.2: within 0.5
+  Write("sampled/2/model.pt", "ok 5");     // drift 4
+  manager.ApplyScan(Scan());
+  // Mirrored: every caller gets version 1, copies of every other request run on 2.
+  EXPECT_EQ(Serve(manager, "mirrored", 8), std::vector<float>(8, 1));
+  WaitForCanaryFigures(manager, "mirrored", 4, 4);
+  // Sampled: callers of the canary's share get its answers, which are compared after.
+  EXPECT_EQ(Serve(manager, "sampled", 8), (std::vector<float>{1, 5, 1, 5, 1, 5, 1, 5}));
+  WaitForCanaryFigures(manager, "sampled", 4, 4);
+  clock_.Advance(std::chrono::seconds(11));
+  manager.DecideCanaries();
+  auto mirrored_view = manager.FindModel("mirrored");
+  EXPECT_EQ(mirrored_view->rollout->serving, 2);
+  EXPECT_EQ(mirrored_view->rollout->last->decision, "promoted");
+  EXPECT_THAT(mirrored_view->rollout->last->reason,
+              HasSubstr("mean output drift 0.2 over 4 compared requests (max 0.5)"));
+  auto sampled_view = manager.FindModel("sampled");
+  EXPECT_EQ(sampled_view->rollout->serving, 1);
+  EXPECT_EQ(sampled_view->rollout->last->decision, "rolled_back");
+  EXPECT_EQ(sampled_view->rollout->last->reason,
+            "mean output drift 4 over 4 compared requests (max 0.5)");
+}
+
+TEST_F(CanaryModelManagerTest, PinAndRollBackNeedVersionPolicyLatest) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("a/config.yaml", "version_policy: all\n");
+  Write("a/1/model.pt", "ok 1");
+  Write("a/2/model.pt", "ok 2");
+  manager.LoadRepository(Scan());
+  absl::Status pin = manager.Pin("a", 1);
+  EXPECT_EQ(pin.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pin.message(), HasSubstr("version_policy all"));
+  EXPECT_EQ(manager.RollBack("a").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(root_ / "a" / ".shoal-serve-rollout.json"));
+  EXPECT_EQ(manager.FindModel("a")->versions.size(), 2u);
+}
+
+TEST_F(CanaryModelManagerTest, RollingBackACanaryByRequestKeepsTheCurrentVersion) {
+  ModelManager& manager = *manager_with_dir_;
+  Write("m/config.yaml", kCanaryConfig);
+  Write("m/1/model.pt", "ok 1");
+  manager.LoadRepository(Scan());
+  Write("m/2/model.pt", "ok 2");
+  manager.ApplyScan(Scan());
+  ASSERT_TRUE(manager.FindModel("m")->rollout->canary.has_value());
+  ASSERT_TRUE(manager.RollBack("m").ok());
+  EXPECT_FALSE(manager.FindModel("m")->rollout->canary.has_value());
+  EXPECT_EQ(Serve(manager, "m", 4), (std::vector<float>{1, 1, 1, 1}));
+  manager.ApplyScan(Scan());
+  EXPECT_FALSE(manager.FindModel("m")->rollout->canary.has_value());
 }
 
 }  // namespace
