@@ -321,26 +321,71 @@ def peer_versions(args, names):
 
 # ------------------------------------------------------------------------------- the load
 
+def closed_loop(url, body_file, n, args, during=None):
+    """serve_load's JSON for a closed loop of n connections, or {"error": ...}. during(t0), if
+    given, runs in this thread once serve_load has said it starts (t0: time.monotonic() then),
+    so that what it samples lines up with serve_load's clock, however long serve_load took to
+    start on a loaded machine."""
+    argv = [args.serve_load, "--url", url, "--body", str(body_file), "--closed", str(n),
+            "--duration", str(args.duration), "--warmup", str(args.warmup),
+            "--drain", str(args.drain)]
+    cpu = args.load_cpu
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
+                                if cpu is not None else None)
+    except OSError as e:
+        return {"error": f"cannot run serve_load: {e}"}
+    err_lines = []
+    started = threading.Event()
+
+    def read_stderr():
+        for line in proc.stderr:
+            err_lines.append(line.rstrip())
+            if "closed loop over" in line:
+                started.set()
+        started.set()
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    timeout = args.duration + args.warmup + args.drain + 60
+    try:
+        if during is not None and started.wait(timeout) and proc.poll() is None:
+            during(time.monotonic())
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return {"error": f"serve_load timed out after {timeout:g} s"}
+    reader.join(timeout=5)
+    if proc.returncode != 0:
+        return {"error": f"serve_load: exit status {proc.returncode}: "
+                         + " / ".join(err_lines[-3:])}
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {"error": f"serve_load printed no JSON: {out[-200:]!r}"}
+
+
 def measure_point(server, url, body_file, n, args, stats_url=None):
     """One closed loop of n connections: serve_load's figures, the server tree's CPU per
     request over the middle of the measured window, and (shoal) the mean batch size."""
     before = sb.model_stats(*stats_url) if stats_url else None
-    done = {}
-    runner = threading.Thread(target=lambda: done.update(load=sb.run_load(
-        args.serve_load, url, body_file, ["--closed", n], args)))
-    runner.start()
     margin = min(0.5, args.duration / 4)
-    time.sleep(args.warmup + margin)
-    cpu0, t0 = tree_cpu_seconds(server.proc.pid), time.monotonic()
-    time.sleep(max(0.1, args.duration - 2 * margin))
-    cpu1, t1 = tree_cpu_seconds(server.proc.pid), time.monotonic()
-    runner.join()
-    fig = sb.brief(done["load"])
+    cpu = {}
+
+    def sample(t_start):
+        time.sleep(max(0.0, t_start + args.warmup + margin - time.monotonic()))
+        cpu["t0"], cpu["c0"] = time.monotonic(), tree_cpu_seconds(server.proc.pid)
+        time.sleep(max(0.1, args.duration - 2 * margin))
+        cpu["t1"], cpu["c1"] = time.monotonic(), tree_cpu_seconds(server.proc.pid)
+    fig = sb.brief(closed_loop(url, body_file, n, args, during=sample))
     if "error" in fig:
         return fig
     fig["concurrency"] = n
-    if cpu0 is not None and cpu1 is not None and fig["throughput_rps"] > 0:
-        busy = (cpu1 - cpu0) / (t1 - t0)
+    if cpu.get("c0") is not None and cpu.get("c1") is not None and fig["throughput_rps"] > 0:
+        busy = (cpu["c1"] - cpu["c0"]) / (cpu["t1"] - cpu["t0"])
         fig["cpu_cores"] = round(busy, 3)
         fig["cpu_us_per_request"] = round(busy / fig["throughput_rps"] * 1e6, 2)
     after = sb.model_stats(*stats_url) if stats_url else None

@@ -670,7 +670,7 @@ def test_peers_search_on_shoal_alone_and_a_missing_peer(tmp_path):
     assert "./setup.sh --serving-peers" in entry["servers"]["mlserver"]["error"]
     anchors = entry["anchors"]
     assert str(anchors["batch_size"]) in anchors["libtorch_loop"]
-    assert anchors["floor"]["closed"]["cpu_us_per_request"] > 0
+    assert anchors["floor"]["closed"]["cpu_us_per_request"] >= 0
     assert entry["ratios"]["aa_resolution"]["throughput"] is not None
     # No peer measured: every peer target says so.
     assert entry["targets"]["ahead_of_every_peer"] == "not measured"

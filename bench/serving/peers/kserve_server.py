@@ -5,6 +5,7 @@ pickled: the model drops its module when pickled and loads it again in each work
 Python server has no batcher of its own (batching is a separate agent in a Kubernetes
 deployment). Run it with the peer-kserve venv's Python."""
 
+import json
 import os
 import sys
 import uuid
@@ -16,10 +17,21 @@ import _peer_args  # noqa: E402
 if __name__ == "__main__":  # not in the spawned workers, which get sys.argv as set here
     ARGS = _peer_args.parse(__doc__.split("\n\n")[0])
     os.environ["OMP_NUM_THREADS"] = "1"
-    # kserve parses sys.argv when imported; it must see none of ours.
-    sys.argv = sys.argv[:1]
-
-import logging  # noqa: E402
+    # No log lines per request (kserve.trace's wall and CPU times, uvicorn's access log), as
+    # the FastAPI app has none. Each worker configures its logging from this file.
+    log_config = Path(ARGS.work_dir) / "logging.json"
+    log_config.write_text(json.dumps({
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(process)s %(name)s %(levelname)s "
+                                           "%(message)s"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain",
+                                "stream": "ext://sys.stderr"}},
+        "loggers": {name: {"handlers": ["stderr"], "level": level, "propagate": False}
+                    for name, level in (("kserve", "INFO"), ("kserve.trace", "WARNING"),
+                                        ("uvicorn", "INFO"), ("uvicorn.access", "WARNING"))}}))
+    # kserve parses sys.argv when imported (here and in each spawned worker, which gets
+    # sys.argv as set here): none of ours, only its own logging configuration.
+    sys.argv = [sys.argv[0], "--log_config_file", str(log_config)]
 
 import torch  # noqa: E402
 from kserve import InferOutput, InferRequest, InferResponse, Model, ModelServer  # noqa: E402
@@ -33,10 +45,6 @@ class TorchScriptModel(Model):
         self.load()
 
     def load(self):
-        # No log lines per request (kserve.trace's wall and CPU times, uvicorn's access log),
-        # as the FastAPI app has none; here, since each worker configures its logging anew.
-        for name in ("kserve.trace", "uvicorn.access"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         _peer_args.one_thread()
         self.module = _peer_args.load(self.path)
         self.ready = True
@@ -61,7 +69,19 @@ class TorchScriptModel(Model):
                              response_id=payload.id or str(uuid.uuid4()))
 
 
+def patient_liveness_check():
+    """KServe's parent pings each worker every 0.5 s and kills one that has not answered
+    within 5 s, and a worker answers only once it has imported torch and kserve and loaded its
+    model: on a loaded 2-core machine that takes longer, and the workers are killed and
+    restarted for ever. The check waits 60 s instead; nothing on the request path changes."""
+    from kserve.protocol.rest.multiprocess import server as multiprocess_server
+    is_alive = multiprocess_server.RESTServerProcess.is_alive
+    multiprocess_server.RESTServerProcess.is_alive = (
+        lambda self, timeout=5: is_alive(self, timeout=max(timeout, 60)))
+
+
 if __name__ == "__main__":
+    patient_liveness_check()
     ModelServer(http_port=ARGS.port, workers=ARGS.workers, enable_grpc=False,
                 enable_latency_logging=False).start([TorchScriptModel(ARGS.model,
                                                                       ARGS.model_file)])
