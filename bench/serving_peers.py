@@ -653,8 +653,9 @@ def table_rows(result):
             elif b is None:
                 lines.append(f"{m:9s} {name:11s} nothing within the p99 limit")
             else:
-                lines.append(f"{m:9s} {name:11s} {b['throughput_rps']:9.0f} req/s  c={b['concurrency']:<4d}"
-                             f" p99 {b['p99_ms']:6.1f} ms  {b.get('cpu_us_per_request')} us CPU/req")
+                lines.append(f"{m:9s} {name:11s} {b['throughput_rps']:9.0f} req/s  "
+                             f"c={b['concurrency']:<4d} p99 {b['p99_ms']:6.1f} ms  "
+                             f"{b.get('cpu_us_per_request')} us CPU/req")
     return lines
 
 
