@@ -520,6 +520,44 @@ def run_server(name, model, args, repos, tmp, rows, expected):
 
 # ------------------------------------------------------------------------------- the anchors
 
+def bare_loop(model, batch, args, repos, tmp):
+    """The bare loop at one batch size, pinned to the server's first CPU: its rows per second
+    and its CPU per row. The loop never waits, but on a shared machine its core also runs
+    others, so its wall time per row is not its CPU time: the CPU per row is the wall time per
+    row times the share of the core the loop's process got over its life (its rusage over
+    its wall clock, model loading included)."""
+    (iname, idt, idims), _ = MODELS[model]
+    argv = [args.loop_tool, "--model", str(repos["plain"] / model / "1" / "model.pt"),
+            "--input", f"{iname}:{idt}:" + "x".join(map(str, idims)),
+            "--batch-sizes", str(batch), "--duration", str(args.libtorch_duration)]
+    cpu = min(args.server_cpus) if args.server_cpus else None
+    err_path = tmp / f"loop-{model}-{batch}.stderr"
+    t0 = time.monotonic()
+    with open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err,
+                                    preexec_fn=(lambda: os.sched_setaffinity(0, {cpu}))
+                                    if cpu is not None else None)
+        except OSError as e:
+            return {"error": f"cannot run serve_libtorch_loop: {e}"}
+        out = proc.stdout.read()
+        proc.stdout.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0:
+        return {"error": f"serve_libtorch_loop: exit status {proc.returncode}: "
+                         f"{err_path.read_text(errors='replace').strip()[-300:]}"}
+    try:
+        fig = json.loads(out)["batch_sizes"][str(batch)]
+    except (ValueError, KeyError):
+        return {"error": f"serve_libtorch_loop printed no figure for batch size {batch}"}
+    share = min(1.0, (usage.ru_utime + usage.ru_stime) / wall)
+    return {"inferences_per_s": round(fig["inferences_per_s"], 1),
+            "median_call_ms": round(fig["median_call_ms"], 4), "cpu_share": round(share, 3),
+            "cpu_us_per_row": round(1e6 / fig["inferences_per_s"] * share, 4)}
+
+
 def anchors(model, shoal_fig, reply, args, repos, tmp):
     """The bare loop's CPU per row at batch 1 and at shoal's mean batch size, and serve_floor's
     CPU per request."""
@@ -529,17 +567,12 @@ def anchors(model, shoal_fig, reply, args, repos, tmp):
     if args.loop_tool is None:
         out["libtorch_loop"] = {"error": args.loop_error}
     else:
-        one_cpu = argparse.Namespace(libtorch_duration=args.libtorch_duration,
-                                     server_cpu=min(args.server_cpus) if args.server_cpus
-                                     else None)
-        loop = sb.libtorch_loop(args.loop_tool, repos["plain"] / model / "1" / "model.pt",
-                                model, sorted({1, batch}), one_cpu)
-        if "error" not in loop:
-            for fig in loop.values():
-                # One thread, pinned, never waiting: its wall time is its CPU time.
-                fig["cpu_us_per_row"] = round(1e6 / fig["inferences_per_s"], 3)
-        out["libtorch_loop"] = loop
-        c.log(f"  libtorch loop {model}: {loop}")
+        loop = {}
+        for b in sorted({1, batch}):
+            loop[str(b)] = bare_loop(model, b, args, repos, tmp)
+        errors = [f["error"] for f in loop.values() if "error" in f]
+        out["libtorch_loop"] = {"error": errors[0]} if errors else loop
+        c.log(f"  libtorch loop {model}: {out['libtorch_loop']}")
     if args.floor_tool is None:
         out["floor"] = {"error": args.floor_error}
     elif reply is None:
