@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -516,6 +517,13 @@ def run_server(name, model, args, repos, tmp, rows, expected):
         return out
     finally:
         server.stop()
+        # Ray's session directory, which its launcher could not keep under the work directory
+        # (socket paths are limited to 107 bytes) and may not have removed when stopped.
+        marker = tmp / f"{name}-{model}" / "ray-temp-dir"
+        with contextlib.suppress(OSError):
+            ray_dir = Path(marker.read_text().strip())
+            if ray_dir.parent == Path("/tmp") and ray_dir.name.startswith("ray-"):
+                shutil.rmtree(ray_dir, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------- the anchors

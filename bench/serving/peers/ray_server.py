@@ -25,6 +25,8 @@ def main():
 
     # Ray's session directory holds its AF_UNIX sockets (107 bytes at most): a short path.
     ray_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    # For bench/serving_peers.py to remove, should this process not get to.
+    (Path(args.work_dir) / "ray-temp-dir").write_text(ray_dir)
     ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
              log_to_driver=False, _temp_dir=ray_dir)
     serve.start(http_options={"host": "127.0.0.1", "port": args.port},
