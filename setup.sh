@@ -3,6 +3,8 @@
 # Idempotent: a second run installs nothing and rebuilds only what changed.
 #   ./setup.sh            install + build
 #   ./setup.sh --no-build install only
+#   ./setup.sh --serving-peers   the Debian packages, then only the serving peers' Python
+#                                environments (bench/serving_peers.py), not the rest
 set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
@@ -106,6 +108,15 @@ make_venv() {
   fi
   "${sudo_cmd[@]}" cp "$requirements" "$dir/.shoal-requirements"
 }
+# The serving peers of bench/serving_peers.py (TorchServe, MLServer, KServe, Ray Serve, LitServe),
+# one venv each over Debian's torch 1.13 (--system-site-packages; NumPy pinned below 2 for it):
+# opt-in, not part of the default setup. docs/benchmarks/serving.md#peers.
+if [ "${1:-}" = "--serving-peers" ]; then
+  for peer in torchserve mlserver kserve ray litserve; do
+    make_venv "peer-$peer" "bench/serving/peers/requirements-$peer.txt" --system-site-packages
+  done
+  exit 0
+fi
 if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv tensorboard tools/tensorboard/requirements.txt --system-site-packages
   make_venv jax examples/jax/requirements.txt

@@ -570,3 +570,132 @@ def test_rounds_of_anchors_merge_by_medians():
     assert floors == {"concurrency": 64, "closed": {"cpu_us_per_request": 7.0},
                       "open": {"p50_ms": 0.1}, "rounds": 2}
     assert bench.merge_floors([None, None]) is None
+
+
+# ------------------------------------------------------------------------------- the peers
+# bench/serving_peers.py without any peer installed: its answer check against a real server
+# (serve_floor) that answers wrongly, its p99-limited search on shoal alone, and what it says
+# of a peer whose environment is missing.
+
+PEERS_BENCH = e2e.REPO_ROOT / "bench" / "serving_peers.py"
+
+
+def _peers_module():
+    import importlib.util
+    sys.path.insert(0, str(e2e.REPO_ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("serving_peers", PEERS_BENCH)
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    return peers
+
+
+@pytest.mark.parametrize("protocol", ["v2", "native"])
+def test_peers_answer_check_refuses_a_server_whose_answers_differ(serve_floor, tmp_path,
+                                                                   protocol):
+    """Every row is sent at once and each answer compared with shoal's: a server that answers
+    every row like the first (as a batch envelope that reads only its first request would)
+    is refused, with the row and value that differ; the same server is accepted when that is
+    the right answer."""
+    peers = _peers_module()
+    rows = [peers.row("identity", seed) for seed in range(4)]
+    first = rows[0]
+    reply = (json.dumps({"output": first}) if protocol == "native" else
+             json.dumps({"outputs": [{"name": "output", "datatype": "FP32", "shape": [1, 16],
+                                      "data": first}]})).encode()
+    floor = Floor(serve_floor, tmp_path, reply)
+    try:
+        url = f"http://127.0.0.1:{floor.port}/v2/models/identity/infer"
+        err = peers.check_answers(url, "identity", protocol, rows, rows)
+        assert err is not None and err.startswith("row 1 differs from shoal's answer: value 0 is")
+        assert peers.check_answers(url, "identity", protocol, rows, [first] * 4) is None
+        # A value off by more than the tolerance, and one within it.
+        off = [first[0] + 1e-3] + first[1:]
+        assert "value 0 is" in peers.check_answers(url, "identity", protocol, rows[:1], [off])
+        close = [first[0] + 1e-6] + first[1:]
+        assert peers.check_answers(url, "identity", protocol, rows[:1], [close]) is None
+        # Fewer values than shoal's answer.
+        assert "16 values, shoal's answer has 17" in peers.check_answers(
+            url, "identity", protocol, rows[:1], [first + [0.0]])
+    finally:
+        floor.stop()
+    # An answer without outputs, and a server that is not there.
+    with pytest.raises(ValueError, match="no output in the answer"):
+        peers.answer_row("v2", b'{"error": "boom"}')
+    assert peers.check_answers(f"http://127.0.0.1:{floor.port}/x", "identity", "v2", rows[:1],
+                               rows[:1]).startswith("row 0: answered None")
+
+
+def test_peers_verdicts_leave_what_the_aa_pair_cannot_resolve():
+    peers = _peers_module()
+    assert peers.verdict(2.6, 2.5, True, 0.02) == "met"
+    assert peers.verdict(2.4, 2.5, True, 0.02) == "not met"
+    assert peers.verdict(2.52, 2.5, True, 0.02) == "not resolvable"
+    assert peers.verdict(1.2, 1.3, False, 0.05) == "met"
+    assert peers.verdict(1.4, 1.3, False, 0.05) == "not met"
+    assert peers.verdict(None, 1.3, False, 0.05) == "not measured"
+    assert peers.verdict(2.0, 1.3, False, None) == "not resolvable"
+    assert peers.aa_resolution({"throughput_rps": 110.0, "cpu_us_per_request": 10.0},
+                               {"throughput_rps": 100.0, "cpu_us_per_request": 10.0}) == {
+        "throughput": 0.1, "cpu_per_request": 0.0}
+
+
+def run_peers(*args, timeout=600):
+    return subprocess.run([sys.executable, str(PEERS_BENCH), "--shoal", e2e.SHOAL_BIN, *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+QUICK = ["--models", "identity", "--duration", "0.3", "--warmup", "0.1", "--drain", "2",
+         "--libtorch-duration", "0.2", "--floor-concurrency", "4", "--start-concurrency", "2",
+         "--max-concurrency", "8", "--refine", "1",
+         "--server-warmup", "0.2"]
+
+
+def test_peers_search_on_shoal_alone_and_a_missing_peer(tmp_path):
+    """Shoal alone, twice (the A/A pair): each run's closed loops double from
+    --start-concurrency while the p99 holds; the best is one of them, with its CPU per request;
+    the anchors are measured at shoal's batch size. A peer whose venv is missing is an error
+    that says how to install it, and nothing else is affected."""
+    r = run_peers(*QUICK, "--servers", "shoal,mlserver,shoal_aa", "--venv-root", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    entry = out["models"]["identity"]
+    for name in ("shoal", "shoal_aa"):
+        s = entry["servers"][name]
+        assert "error" not in s, s
+        points = s["points"]
+        assert [p["concurrency"] for p in points][:1] == [2]
+        assert all(p["errors"] == 0 for p in points)
+        assert s["best"] in points and s["best"]["p99_ms"] <= 50
+        assert s["best"]["cpu_us_per_request"] > 0 and "mean_batch_size" in s["best"]
+    assert "./setup.sh --serving-peers" in entry["servers"]["mlserver"]["error"]
+    anchors = entry["anchors"]
+    assert str(anchors["batch_size"]) in anchors["libtorch_loop"]
+    assert anchors["floor"]["closed"]["cpu_us_per_request"] >= 0
+    assert entry["ratios"]["aa_resolution"]["throughput"] is not None
+    # No peer measured: every peer target says so.
+    assert entry["targets"]["ahead_of_every_peer"] == "not measured"
+    assert entry["targets"]["tiny_at_least_20x_every_python_v2"] == "not measured"
+    assert entry["targets"]["tiny_cpu_within_1_5x_floor"] in ("met", "not met",
+                                                              "not resolvable")
+
+
+def test_peers_search_stops_at_the_first_run_beyond_the_p99_limit():
+    r = run_peers(*QUICK, "--servers", "shoal", "--p99-limit-ms", "0.001")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)["models"]["identity"]["servers"]["shoal"]
+    # Beyond the limit at --start-concurrency, then at half that, down to 1: nothing within.
+    assert [p["concurrency"] for p in s["points"]] == [2, 1]
+    assert s["best"] is None
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--servers", "fastapi,shoal"], "--servers must start with shoal"),
+    (["--servers", "shoal,nginx"], "unknown server nginx"),
+    (["--models", "resnet"], "unknown model resnet"),
+    (["--p99-limit-ms", "0"], "--p99-limit-ms and --duration must be > 0"),
+    (["--server-cpus", "4096"], "CPU 4096 is not available"),
+])
+def test_peers_bad_options_exit_2_before_anything_runs(args, message):
+    r = run_peers(*args, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert r.stdout == ""
