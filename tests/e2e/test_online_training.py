@@ -60,8 +60,7 @@ def test_online_training_serves_every_published_version_without_a_failed_request
     job_file = example_job(tmp_path)
 
     serve = background([shoal_bin, "serve", "--model-repository", base / "models",
-                        "--http-port", "0", "--grpc-port", "0",
-                        "--repository-poll-ms", "100", "--repository-settle-ms", "0"],
+                        "--http-port", "0", "--grpc-port", "0"],
                        tmp_path / "serve.out")
     load = None
     try:

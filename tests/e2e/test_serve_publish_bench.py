@@ -36,9 +36,9 @@ def test_a_short_run_reports_every_figure_with_no_failed_request():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert "error" not in out, out
-    fast = out["configurations"]["fast"]
+    fast = out["configurations"]["measured"]
     assert "error" not in fast, fast
-    assert fast["poll_ms"] == 100 and fast["settle_ms"] == 0
+    assert fast["poll_ms"] == 1000 and fast["settle_ms"] == 2000  # shoal serve's defaults
     assert fast["model_parameter_mib"] > 0
     latency = fast["publication_to_first_response"]
     assert latency["versions_never_seen"] == []
