@@ -280,6 +280,24 @@ print(" ".join(str(shoal.publish_model({str(py_model)!r}, "shared", repository={
         assert client.read(f"{path}/shared/{v}/model.pt") == py_model.read_bytes()
 
 
+def test_cpp_publishers_starting_at_once_each_get_their_own_number(repo, tmp_path):
+    """Four C++ publishers list the same empty model and claim number 1 at once: HDFS answers
+    the losers FileAlreadyExistsException or, while the winner still holds the claim open,
+    AlreadyBeingCreatedException; both mean "taken", never a failure."""
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    for round_number in range(3):
+        name = f"m{round_number}"
+        procs = [subprocess.Popen([str(TOOL), "publish", uri, name, str(model), "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(4)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e.decode() for _, e in outs]
+        assert sorted(int(out) for out, _ in outs) == [1, 2, 3, 4]
+        assert [n for n in hdfs_names(client, f"{path}/{name}") if n.isdigit()] == [
+            "1", "2", "3", "4"]
+
+
 def test_a_cpp_publisher_killed_mid_write_leaves_no_version_and_its_number_is_skipped(
         repo, tmp_path):
     uri, path, client = repo
