@@ -5,21 +5,28 @@ hand: `SHOAL_YARN_DIR=... tests/yarn/cluster.sh up`, then run pytest with SHOAL_
 PYTHONPATH=sdk/python and SHOAL_SDK_CHECKPOINT_TOOL (build/tests/sdk/sdk_checkpoint_tool).
 
 The C++ side is sdk_checkpoint_tool (tests/sdk/sdk_checkpoint_tool.cc), a command-line face
-of SaveCheckpoint / LoadLatestCheckpoint / ListCheckpoints.
+of SaveCheckpoint / LoadLatestCheckpoint / ListCheckpoints and PublishModel: the second half of
+this file publishes into hdfs:// model repositories (docs/design/0015-hdfs-model-repositories.md)
+beside the Python SDK's publish_model.
 """
 
 import http.client
+import http.server
 import json
 import os
 import secrets
+import signal
 import socket
 import subprocess
+import sys
+import threading
+import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
-from shoal import checkpoint
+from shoal import checkpoint, webhdfs
 
 SOURCE = Path(os.environ.get("SHOAL_SOURCE_DIR", Path(__file__).resolve().parents[2]))
 YARN_DIR = Path(os.environ.get("SHOAL_YARN_DIR", "/tmp/shoal-yarn"))
@@ -172,3 +179,248 @@ def test_a_webhdfs_address_that_never_answers_is_an_error_value_not_a_hang(hdfs,
         r = tool("save", uri, 1, 1, tmp_path / "in", env=env, timeout=240)
     assert r.returncode == 1, r
     assert "WebHDFS MKDIRS" in r.stderr.decode() and "timed out" in r.stderr.decode(), r.stderr
+
+
+# -- PublishModel into hdfs:// model repositories ---------------------------------------------
+
+
+@pytest.fixture
+def repo(cluster, request, monkeypatch):
+    """A fresh, existing HDFS model repository: (uri, path, client)."""
+    monkeypatch.setenv("SHOAL_WEBHDFS", cluster["SHOAL_WEBHDFS"])
+    monkeypatch.setenv("HADOOP_USER_NAME", USER)
+    for name in ("SHOAL_MODEL_KEEP", "SHOAL_TEST_PUBLISH_WRITE_DELAY_S", "SHOAL_AGENT_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    path = f"/publish-cpp/{request.node.name[:40]}-{secrets.token_hex(3)}/models"
+    client = webhdfs.WebHdfsClient(cluster["SHOAL_WEBHDFS"], USER)
+    client.mkdirs(path)
+    return f"{cluster['SHOAL_HDFS']}{path}", path, client
+
+
+def torchscript_file(tmp_path, name, scale):
+    """A saved TorchScript module (x * scale): a real archive, distinct bytes per scale."""
+    import torch
+
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.full((4,), float(scale)))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.scale
+    path = tmp_path / name
+    torch.jit.script(Scale()).save(str(path))
+    return path
+
+
+def publish(uri, name, model, count=1, config=None, env=None):
+    args = ["publish", uri, name, model, count] + ([config] if config else [])
+    return tool(*args, env=env)
+
+
+def published(r):
+    assert r.returncode == 0, r.stderr.decode()
+    return [int(v) for v in r.stdout.split()]
+
+
+def hdfs_names(client, path):
+    return sorted(s["pathSuffix"] for s in client.list_status(path))
+
+
+def test_cpp_publishes_numbered_whole_versions_with_config_and_marker_that_python_continues(
+        repo, tmp_path):
+    from shoal import publish as py_publish
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    config = tmp_path / "config.yaml"
+    config.write_text("max_batch_size: 4")
+    assert published(publish(uri, "m", model, 2, config)) == [1, 2]
+    assert hdfs_names(client, f"{path}/m") == [".claims", "1", "2", "config.yaml"]
+    assert hdfs_names(client, f"{path}/m/.claims") == ["1", "2"]
+    for v in (1, 2):
+        assert hdfs_names(client, f"{path}/m/{v}") == [".shoal-complete", "model.pt"]
+        assert client.read(f"{path}/m/{v}/model.pt") == model.read_bytes()
+    assert client.read(f"{path}/m/config.yaml") == b"max_batch_size: 4\n"
+    # An unchanged config is not rewritten (its modification time stays).
+    before = client.status(f"{path}/m/config.yaml")["modificationTime"]
+    time.sleep(0.01)
+    assert published(publish(uri, "m", model, 1, config)) == [3]
+    assert client.status(f"{path}/m/config.yaml")["modificationTime"] == before
+    # The Python SDK reads the same numbering and goes on from it.
+    assert py_publish.versions(uri, "m") == [1, 2, 3]
+    assert py_publish.publish_model(model, "m", repository=uri) == 4
+
+
+def test_a_cpp_and_a_python_publisher_at_once_never_share_a_number_and_each_version_is_whole(
+        repo, tmp_path):
+    uri, path, client = repo
+    cpp_model = torchscript_file(tmp_path, "cpp.pt", 3)
+    py_model = torchscript_file(tmp_path, "py.pt", 5)
+    cpp = subprocess.Popen([str(TOOL), "publish", uri, "shared", str(cpp_model), "8"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    py = subprocess.Popen([sys.executable, "-c", f"""
+import shoal
+print(" ".join(str(shoal.publish_model({str(py_model)!r}, "shared", repository={uri!r}))
+               for _ in range(8)))
+"""], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    cpp_out, cpp_err = cpp.communicate(timeout=240)
+    py_out, py_err = py.communicate(timeout=240)
+    assert cpp.returncode == 0, cpp_err.decode()
+    assert py.returncode == 0, py_err.decode()
+    got_cpp = [int(v) for v in cpp_out.split()]
+    got_py = [int(v) for v in py_out.split()]
+    assert got_cpp == sorted(got_cpp) and got_py == sorted(got_py)
+    assert sorted(got_cpp + got_py) == list(range(1, 17))
+    assert hdfs_names(client, f"{path}/shared") == sorted(
+        [".claims"] + [str(v) for v in range(1, 17)])
+    for v in got_cpp:
+        assert hdfs_names(client, f"{path}/shared/{v}") == [".shoal-complete", "model.pt"]
+        assert client.read(f"{path}/shared/{v}/model.pt") == cpp_model.read_bytes()
+    for v in got_py:
+        assert client.read(f"{path}/shared/{v}/model.pt") == py_model.read_bytes()
+
+
+def test_cpp_publishers_starting_at_once_each_get_their_own_number(repo, tmp_path):
+    """Four C++ publishers list the same empty model and claim number 1 at once: HDFS answers
+    the losers FileAlreadyExistsException or, while the winner still holds the claim open,
+    AlreadyBeingCreatedException; both mean "taken", never a failure."""
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    for round_number in range(3):
+        name = f"m{round_number}"
+        procs = [subprocess.Popen([str(TOOL), "publish", uri, name, str(model), "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(4)]
+        outs = [p.communicate(timeout=120) for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e.decode() for _, e in outs]
+        assert sorted(int(out) for out, _ in outs) == [1, 2, 3, 4]
+        assert [n for n in hdfs_names(client, f"{path}/{name}") if n.isdigit()] == [
+            "1", "2", "3", "4"]
+
+
+def test_a_cpp_publisher_killed_mid_write_leaves_no_version_and_its_number_is_skipped(
+        repo, tmp_path):
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    assert published(publish(uri, "m", model)) == [1]
+    writer = subprocess.Popen([str(TOOL), "publish", uri, "m", str(model), "1"],
+                              env={**os.environ, "SHOAL_TEST_PUBLISH_WRITE_DELAY_S": "60"})
+
+    def half_written():
+        assert writer.poll() is None, "the publisher ended before it was killed"
+        for entry in client.list_status(f"{path}/m"):
+            if entry["pathSuffix"].startswith(".incoming-"):
+                files = client.list_status(f"{path}/m/{entry['pathSuffix']}")
+                if files and files[0]["length"] > 0:
+                    return True
+        return False
+    deadline = time.monotonic() + 120
+    while not half_written():
+        assert time.monotonic() < deadline, "the publisher never started writing"
+        time.sleep(0.05)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert [n for n in hdfs_names(client, f"{path}/m") if n.isdigit()] == ["1"]
+    assert hdfs_names(client, f"{path}/m/.claims") == ["1", "2"]
+    assert published(publish(uri, "m", model)) == [3]
+
+
+def test_cpp_keep_leaves_the_newest_versions_and_clears_stale_leftovers(repo, tmp_path):
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    # A dead publisher's directory, last touched two hours ago, and a fresh one of a live one.
+    client.mkdirs(f"{path}/m/.incoming-gone-1-ab")
+    client.mkdirs(f"{path}/m/.incoming-alive-2-cd")
+    two_hours_ago_ms = int((time.time() - 7200) * 1000)
+    client.json("PUT", client.url(f"{path}/m/.incoming-gone-1-ab", "SETTIMES",
+                                  modificationtime=str(two_hours_ago_ms)))
+    env = {**os.environ, "SHOAL_MODEL_KEEP": "2"}
+    for expected in range(1, 5):
+        assert published(publish(uri, "m", model, env=env)) == [expected]
+        versions = [int(n) for n in hdfs_names(client, f"{path}/m") if n.isdigit()]
+        assert sorted(versions) == list(range(max(1, expected - 1), expected + 1))
+    assert hdfs_names(client, f"{path}/m") == [".claims", ".incoming-alive-2-cd", "3", "4"]
+    assert hdfs_names(client, f"{path}/m/.claims") == ["3", "4"]
+    # The numbers go on from the newest claim, not from the versions left.
+    assert published(publish(uri, "m", model)) == [5]
+
+
+def test_a_version_copied_in_without_a_claim_is_never_overwritten_by_cpp(repo, tmp_path):
+    uri, path, client = repo
+    client.create(f"{path}/m/1/model.pt", b"copied by hand")
+    assert published(publish(uri, "m", torchscript_file(tmp_path, "m.pt", 2))) == [2]
+    assert client.read(f"{path}/m/1/model.pt") == b"copied by hand"
+
+
+def test_cpp_bad_hdfs_repositories_are_named_and_publish_nothing(repo, cluster, tmp_path):
+    uri, path, client = repo
+    model = torchscript_file(tmp_path, "m.pt", 2)
+    namenode = cluster["SHOAL_HDFS"]
+    client.create(f"{path}-file", b"not a directory")
+    for bad, message in [
+        ("hdfs:///models", "must be hdfs://namenode[:port]/path"),
+        ("hdfs://:8020/models", "must be hdfs://namenode[:port]/path"),
+        (f"{namenode}{path}/missing", "does not exist in HDFS (create it first"),
+        (f"{namenode}{path}-file", "is not a directory"),
+    ]:
+        r = publish(bad, "m", model)
+        assert r.returncode == 1 and message in r.stderr.decode(), (bad, r.stderr.decode())
+    # A NameNode whose WebHDFS does not answer: said so, with the variable to fix it.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed_port = s.getsockname()[1]
+    r = publish(uri, "m", model, env={**os.environ,
+                                      "SHOAL_WEBHDFS": f"http://127.0.0.1:{closed_port}"})
+    error = r.stderr.decode()
+    assert r.returncode == 1, error
+    assert (f"cannot reach the repository {uri}: the NameNode's WebHDFS at "
+            f"http://127.0.0.1:{closed_port} is unreachable") in error, error
+    assert "set SHOAL_WEBHDFS=http://HOST:PORT" in error, error
+    assert hdfs_names(client, path) == []
+
+
+class RefusingNameNode(http.server.BaseHTTPRequestHandler):
+    """A NameNode with permissions on that does not let the user write (the test cluster runs
+    with permissions off, so it cannot refuse anyone): the repository exists, writes are
+    refused with AccessControlException."""
+
+    def _answer(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if "GETFILESTATUS" in self.path:
+            self._answer(200, {"FileStatus": {"type": "DIRECTORY", "length": 0,
+                                              "modificationTime": 0, "pathSuffix": ""}})
+        else:
+            self.do_PUT()
+
+    def do_PUT(self):
+        self._answer(403, {"RemoteException": {
+            "exception": "AccessControlException",
+            "javaClassName": "org.apache.hadoop.security.AccessControlException",
+            "message": "Permission denied: user=shoal, access=WRITE, inode=\"/models\":hdfs:"
+                       "supergroup:drwxr-xr-x"}})
+
+    def log_message(self, *args):
+        pass
+
+
+def test_cpp_permission_denied_is_said_with_the_hdfs_user(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusingNameNode)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {**os.environ, "SHOAL_WEBHDFS": f"http://127.0.0.1:{server.server_port}",
+               "HADOOP_USER_NAME": USER}
+        r = publish("hdfs://nn:8020/models", "m", torchscript_file(tmp_path, "m.pt", 2), env=env)
+    finally:
+        server.shutdown()
+    error = r.stderr.decode()
+    assert r.returncode == 1, error
+    assert ("cannot publish m to hdfs://nn:8020/models: permission denied for HDFS user 'shoal' "
+            "(set HADOOP_USER_NAME to publish as another): Permission denied: user=shoal, "
+            "access=WRITE") in error, error

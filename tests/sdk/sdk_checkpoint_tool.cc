@@ -1,5 +1,5 @@
-// A command-line face of sdk/cpp/shoal/sdk.h's checkpoint functions, for tests that drive the
-// C++ SDK from Python against real storage (tests/sdk/hdfs_cpp_test.py: HDFS).
+// A command-line face of sdk/cpp/shoal/sdk.h's checkpoint functions and PublishModel, for tests
+// that drive the C++ SDK from Python against real storage (tests/sdk/hdfs_cpp_test.py: HDFS).
 //
 //   sdk_checkpoint_tool save DIR STEP KEEP FILE   writes FILE's bytes; prints the path
 //   sdk_checkpoint_tool load DIR OUT [END]        writes the newest loadable checkpoint (one
@@ -7,6 +7,10 @@
 //                                                 rejected as corrupt) to OUT; prints its step
 //                                                 (exit 3 when there is none)
 //   sdk_checkpoint_tool list DIR                  prints the steps, one a line
+//   sdk_checkpoint_tool publish REPO NAME MODEL COUNT [CONFIG]
+//                                                 publishes MODEL (a file or directory) COUNT
+//                                                 times as NAME, with CONFIG's text as its
+//                                                 config.yaml when given; prints each version
 //
 // Errors go to stderr with exit status 1.
 #include <cstdio>
@@ -49,6 +53,26 @@ int main(int argc, char** argv) {
     for (uint64_t step : shoal::sdk::ListCheckpoints(argv[2])) std::cout << step << "\n";
     return 0;
   }
-  std::cerr << "usage: sdk_checkpoint_tool save DIR STEP KEEP FILE | load DIR OUT [END] | list DIR\n";
+  if (command == "publish" && (argc == 6 || argc == 7)) {
+    shoal::sdk::PublishOptions options;
+    options.repository = argv[2];
+    if (argc == 7) {
+      std::ifstream in(argv[6], std::ios::binary);
+      std::ostringstream text;
+      text << in.rdbuf();
+      options.config = text.str();
+    }
+    for (unsigned long i = 0, count = std::strtoul(argv[5], nullptr, 10); i < count; ++i) {
+      shoal::sdk::PublishResult published = shoal::sdk::PublishModel(argv[4], argv[3], options);
+      if (!published) {
+        std::cerr << "error: " << published.error << "\n";
+        return 1;
+      }
+      std::cout << published.version << std::endl;
+    }
+    return 0;
+  }
+  std::cerr << "usage: sdk_checkpoint_tool save DIR STEP KEEP FILE | load DIR OUT [END] | list DIR"
+               " | publish REPO NAME MODEL COUNT [CONFIG]\n";
   return 2;
 }

@@ -486,8 +486,8 @@ TEST_F(SdkPublishTest, BadArgumentsAreNamedAndPublishNothing) {
   };
   std::vector<Case> cases = {
       {model_file_.string(), "m", PublishOptions{}, "no repository"},
-      {model_file_.string(), "m", with([](PublishOptions& o) { o.repository = "hdfs://nn/models"; }),
-       "hdfs:// repositories are not supported by the C++ SDK yet"},
+      {model_file_.string(), "m", with([](PublishOptions& o) { o.repository = "hdfs:///models"; }),
+       "must be hdfs://namenode[:port]/path"},
       {model_file_.string(), "m", with([](PublishOptions& o) { o.repository = "s3://b/models"; }),
        "s3:// URI"},
       {model_file_.string(), ".hidden", InRepo(), "model name '.hidden'"},

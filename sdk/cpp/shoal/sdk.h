@@ -14,8 +14,10 @@
 //   ReportCheckpointed(step); after loading (or finding nothing) call ReportResumed(step or 0),
 //   which the master waits for after a group restart before handing out data shards.
 // - Publishing models (publish.h): PublishModel writes a new version of a model into a model
-//   repository for `shoal serve`, with the Python SDK's protocol (lock, hidden directory,
-//   fsync, rename, numbering, pruning), and reports it to the agent. Returns a PublishResult.
+//   repository for `shoal serve` (a directory, or hdfs:// through WebHDFS), with the Python
+//   SDK's protocol (local: lock, hidden directory, fsync, rename; hdfs://: a claimed number, a
+//   hidden directory, one rename; numbering, pruning), and reports it to the agent. Returns a
+//   PublishResult.
 // - Reports (reports.h): ReportProgress / ReportCheckpointed (fire-and-forget) and ReportResumed
 //   (waits for the agent's answer), over the agent connection (agent_client.h) or, for
 //   progress, the task's progress board (progress_board.h). No-ops when SHOAL_AGENT_SOCKET is

@@ -172,9 +172,11 @@ inline std::string RemoteExceptionMessage(std::string_view body) {
 }
 
 // A WebHDFS call: the request, one 307/302 redirect (NameNode -> DataNode) followed. Returns ""
-// with `response` (any status), or an error naming the op and URL.
+// with `response` (any status), or an error naming the op and URL; then `unanswered_url`, when
+// given, is set to the URL that got no HTTP answer (the NameNode's or a DataNode's).
 inline std::string WebHdfsCall(const std::string& method, const std::string& url, const char* op,
-                               std::string_view body, HttpResponse* response) {
+                               std::string_view body, HttpResponse* response,
+                               std::string* unanswered_url = nullptr) {
   std::string target = url;
   for (int hop = 0; hop < 2; ++hop) {
     *response = HttpResponse();
@@ -182,7 +184,10 @@ inline std::string WebHdfsCall(const std::string& method, const std::string& url
     // DataNode (WebHDFS's two-step create).
     bool to_namenode = hop == 0 && !body.empty();
     std::string error = HttpOnce(method, target, to_namenode ? std::string_view() : body, response);
-    if (!error.empty()) return "WebHDFS " + std::string(op) + " " + target + ": " + error;
+    if (!error.empty()) {
+      if (unanswered_url) *unanswered_url = target;
+      return "WebHDFS " + std::string(op) + " " + target + ": " + error;
+    }
     bool redirect = response->status == 307 || response->status == 302 ||
                     response->status == 303 || response->status == 301 ||
                     response->status == 308;
@@ -208,6 +213,63 @@ inline std::string WebHdfsStatusError(const char* op, const std::string& url,
   if (response.status / 100 == 2) return "";
   return "WebHDFS " + std::string(op) + " " + url + ": HTTP " + std::to_string(response.status) +
          ": " + RemoteExceptionMessage(response.body);
+}
+
+// The outcome of one WebHDFS operation, for callers that tell its failures apart (publish.h).
+struct WebHdfsOutcome {
+  std::string error;  // "" when HDFS did it (a 2xx answer)
+  int status = 0;     // the HTTP status, when an answer came
+  // Nothing answered at `address` (http://host:port: the NameNode's, or the DataNode's it
+  // redirected to); `reason` says what happened (refused, timed out, ...).
+  bool unreachable = false;
+  std::string address;
+  std::string reason;
+  std::string exception;       // the RemoteException's Java exception, e.g. "AccessControlException"
+  std::string remote_message;  // its message's first line
+  std::string body;            // the answer's body
+  bool ok() const { return error.empty(); }
+};
+
+// The http://host:port of `url`.
+inline std::string UrlAddress(const std::string& url) {
+  size_t scheme = url.find("://");
+  size_t start = scheme == std::string::npos ? 0 : scheme + 3;
+  return url.substr(0, url.find('/', start));
+}
+
+// Performs `op` (method, url, body) and sorts out its failure.
+inline WebHdfsOutcome WebHdfsOp(const char* method, const std::string& url, const char* op,
+                                std::string_view body = {}) {
+  WebHdfsOutcome outcome;
+  HttpResponse response;
+  std::string unanswered;
+  outcome.error = WebHdfsCall(method, url, op, body, &response, &unanswered);
+  if (!outcome.error.empty()) {
+    outcome.unreachable = true;
+    outcome.address = UrlAddress(unanswered);
+    std::string prefix = "WebHDFS " + std::string(op) + " " + unanswered + ": ";
+    outcome.reason = outcome.error.compare(0, prefix.size(), prefix) == 0
+                         ? outcome.error.substr(prefix.size())
+                         : outcome.error;
+    return outcome;
+  }
+  outcome.status = response.status;
+  outcome.body = std::move(response.body);
+  if (size_t pos = outcome.body.find("\"RemoteException\""); pos != std::string::npos) {
+    std::string_view remote = std::string_view(outcome.body).substr(pos);
+    if (size_t value = FindValue(remote, "exception"); value != std::string_view::npos) {
+      if (std::optional<std::string> name = ParseJsonString(remote, &value)) {
+        outcome.exception = *name;
+      }
+    }
+    outcome.remote_message = RemoteExceptionMessage(outcome.body);
+    // A DataNode appends the NameNode's Java stack to the message: its first line says it.
+    outcome.remote_message = outcome.remote_message.substr(0, outcome.remote_message.find('\n'));
+  }
+  if (std::string error = WebHdfsStatusError(op, url, response); !error.empty()) {
+    outcome.error = error.substr(0, error.find('\n'));
+  }
+  return outcome;
 }
 
 // The directory's entries; `missing` set when it does not exist. "" or an error.
