@@ -196,7 +196,7 @@ void CanaryRollout::RecordCanary(bool failed, uint64_t ns) {
 }
 
 void CanaryRollout::RecordDrift(double drift) {
-  std::lock_guard<std::mutex> lock(drift_mu_);
+  absl::MutexLock lock(&drift_mu_);
   drift_pairs_ += 1;
   drift_sum_ += drift;
 }
@@ -211,7 +211,7 @@ CanarySnapshot CanaryRollout::Snapshot() const {
   s.canary_p99_ns = canary_latency_.Quantile(0.99);
   s.current_p99_ns = current_latency_.Quantile(0.99);
   s.fallbacks = fallbacks_.load();
-  std::lock_guard<std::mutex> lock(drift_mu_);
+  absl::MutexLock lock(&drift_mu_);
   s.drift_pairs = drift_pairs_;
   s.mean_drift = drift_pairs_ ? drift_sum_ / static_cast<double>(drift_pairs_) : 0;
   return s;

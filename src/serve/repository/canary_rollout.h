@@ -13,6 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "serve/core/infer_request.h"
 #include "serve/core/tensor.h"
@@ -158,7 +159,7 @@ class CanaryRollout {
   std::atomic<uint64_t> current_requests_{0}, current_errors_{0};
   std::atomic<uint64_t> fallbacks_{0};
   LatencyHistogram canary_latency_, current_latency_;
-  mutable std::mutex drift_mu_;
+  mutable absl::Mutex drift_mu_;
   uint64_t drift_pairs_ ABSL_GUARDED_BY(drift_mu_) = 0;
   double drift_sum_ ABSL_GUARDED_BY(drift_mu_) = 0;
 };

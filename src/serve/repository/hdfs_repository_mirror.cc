@@ -152,10 +152,9 @@ HdfsRepositoryMirror::HdfsRepositoryMirror(HdfsMirrorOptions options,
 
 HdfsRepositoryMirror::~HdfsRepositoryMirror() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (temporary_) {
     std::error_code ec;
@@ -167,8 +166,10 @@ void HdfsRepositoryMirror::Run() {
   std::string last_error;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, options_.poll_interval, [this] { return stopping_; });
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping),
+                           absl::Milliseconds(options_.poll_interval.count()));
       if (stopping_) return;
     }
     absl::Status synced = Sync();

@@ -1,11 +1,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -13,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/webhdfs.h"
 
 namespace shoal::serve {
@@ -74,8 +73,7 @@ class HdfsRepositoryMirror {
   // Per model, the (length, modification time) of the config.yaml copied. Only the thread
   // running passes (Start's, then Run's) uses it.
   std::map<std::string, std::pair<uint64_t, int64_t>> configs_;
-  std::mutex mu_;
-  std::condition_variable wake_;
+  absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
