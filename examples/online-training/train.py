@@ -139,13 +139,17 @@ def main():
             "consumed": sorted(consumed), "rejected": rejected, "rows": rows,
             "published_step": published_step, "last_version": last_version})
 
+    last_accuracy = None  # on the newest file, before training on it
+
     def publish():
         nonlocal published_step, last_version
         # A copy: the published module must not share parameters with the one being trained.
         served = copy.deepcopy(model).eval()
         last_version = shoal.publish_model(served, args.model_name, repository=args.repository,
                                            example_inputs=torch.zeros(1, FEATURES),
-                                           config=SERVING_CONFIG)
+                                           config=SERVING_CONFIG, step=step,
+                                           metrics=({"accuracy_before": last_accuracy}
+                                                    if last_accuracy is not None else None))
         published_step = step
         print(f"published version {last_version} at step {step}", flush=True)
 
@@ -170,6 +174,7 @@ def main():
             model.eval()
             with torch.no_grad():
                 accuracy = (model(features).argmax(1) == labels).float().mean().item()
+            last_accuracy = accuracy
             model.train()
             for start in range(0, len(labels), args.batch_size):
                 x = features[start:start + args.batch_size]
