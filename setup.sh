@@ -124,6 +124,7 @@ if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
   make_venv tensorflow examples/tensorflow/requirements.txt
   make_venv horovod examples/horovod/requirements.txt --system-site-packages
   make_venv browser tests/ui/requirements.txt --system-site-packages  # Playwright, for tests/e2e/test_ui_browser.py
+  make_venv spark tests/spark/requirements.txt --system-site-packages  # PySpark 4.3 + pyarrow: --backend spark, Parquet datasets
 fi
 
 # The Python training SDK (import shoal; sdk/python, distribution shoal-sdk) installed as a
@@ -172,7 +173,7 @@ install_sdk() {  # install_sdk PYTHON [PIP FLAGS...]
     --root-user-action=ignore --force-reinstall "$@" "$sdk_wheel_dir"/shoal_sdk-*.whl
 }
 install_sdk /usr/bin/python3 --break-system-packages
-for venv in tensorboard jax paddle tensorflow horovod; do
+for venv in tensorboard jax paddle tensorflow horovod spark; do
   if [ -x "$venv_root/$venv/bin/python" ]; then install_sdk "$venv_root/$venv/bin/python"; fi
 done
 [ -z "$sdk_wheel_dir" ] || rm -rf "$sdk_wheel_dir"
