@@ -244,6 +244,7 @@ int RunServer(const ServeOptions& options) {
   int signal_number = 0;
   const timespec trim_interval{2, 0};
   while ((signal_number = sigtimedwait(&signals, nullptr, &trim_interval)) < 0) {
+    (*backend)->ReleaseIdleMemory();
     ReturnFreedMemory();
   }
   const char* signal_name = SignalName(signal_number);

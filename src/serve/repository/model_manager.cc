@@ -295,6 +295,7 @@ absl::StatusOr<std::shared_ptr<ServedVersion>> ModelManager::LoadVersion(
   options.model_path = entry.model_path;
   options.config = config;
   options.threads_per_instance = threads;
+  options.compute_slots = compute_slots_;
   absl::StatusOr<std::unique_ptr<ServedVersion>> version =
       ServedVersion::Load(options, backend_, clock_);
   if (!version.ok()) {

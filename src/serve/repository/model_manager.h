@@ -98,7 +98,9 @@ class ModelManager {
   // `backend` and `clock` must outlive the manager. `cpus` is the CPU count intra-op threads
   // are budgeted from (the server's affinity mask). `repository_dir` is what LoadModel scans.
   ModelManager(ModelBackend* backend, const Clock* clock, int cpus, std::string repository_dir)
-      : backend_(backend), clock_(clock), cpus_(cpus), repository_dir_(std::move(repository_dir)) {}
+      : backend_(backend), clock_(clock), cpus_(cpus),
+        compute_slots_(std::make_shared<ComputeSlots>(cpus)),
+        repository_dir_(std::move(repository_dir)) {}
   // Stops the rollout thread; rollouts still holding copies in flight are waited for.
   ~ModelManager();
 
@@ -264,6 +266,8 @@ class ModelManager {
   ModelBackend* const backend_;
   const Clock* const clock_;
   const int cpus_;
+  // Every version's instances take turns on the cpus_ CPUs (compute_slots.h).
+  const std::shared_ptr<ComputeSlots> compute_slots_;
   const std::string repository_dir_;
 
   // Held by whoever changes which versions load (startup, watcher, load/unload endpoints),

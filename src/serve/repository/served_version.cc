@@ -242,6 +242,8 @@ absl::StatusOr<std::unique_ptr<ServedVersion>> ServedVersion::Load(
   SchedulerOptions scheduler_options;
   scheduler_options.policy.max_batch_size = config.max_batch_size;
   scheduler_options.policy.max_delay = std::chrono::microseconds(config.batch_delay_us);
+  scheduler_options.slots = options.compute_slots;
+  scheduler_options.threads_per_instance = options.threads_per_instance;
   std::mt19937 rng(12345);
   for (const WarmupSample& sample : config.warmup) {
     std::vector<Tensor> request;

@@ -14,6 +14,7 @@
 #include "serve/core/tensor.h"
 #include "serve/repository/model_config.h"
 #include "serve/scheduling/batch_queue.h"
+#include "serve/scheduling/compute_slots.h"
 
 namespace shoal::serve {
 
@@ -34,6 +35,8 @@ struct VersionLoadOptions {
   std::string model_path;
   ModelConfig config;           // the defaults when the model has no config file
   int threads_per_instance = 1;  // resolved: the config's, or the server's CPU share
+  // The server's CPUs, shared by every version's instances (null: not limited).
+  std::shared_ptr<ComputeSlots> compute_slots;
 };
 
 class ServedVersion;

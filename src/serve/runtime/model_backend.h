@@ -40,6 +40,9 @@ class ModelBackend {
   // Makes intra-op parallel work started from the calling thread use `intra_op_threads`
   // threads. Call once on each thread that runs models, before its first Run.
   virtual void PrepareThread(int intra_op_threads) = 0;
+  // Called every few seconds: memory the runtime keeps for reuse (large_block_cache.h) goes
+  // back to the system when no model ran since the last call.
+  virtual void ReleaseIdleMemory() {}
   // "libtorch 1.13.0 (OpenMP)", for logs and server metadata.
   virtual std::string Description() const = 0;
 };

@@ -4,6 +4,7 @@
 // into an error string: nothing is thrown across the module boundary.
 
 #include <ATen/Parallel.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "serve/runtime/large_block_cache.h"
 #include "serve/runtime/model_backend.h"
 
 namespace shoal::serve {
@@ -149,9 +151,35 @@ class TorchModel final : public BackendModel {
   const std::vector<std::string> argument_names_;
 };
 
+// libtorch's CPU allocator for the whole process (only `shoal serve` loads this module):
+// posix_memalign and free as libtorch's own, with large blocks kept for reuse.
+class CachingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) const override {
+    void* data = Cache().Allocate(bytes);
+    if (data == nullptr && bytes > 0) {
+      TORCH_CHECK(false, "shoal serve: out of memory allocating ", bytes, " bytes");
+    }
+    return {data, data, &Delete, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &Delete; }
+
+  // Never destroyed: tensors may be freed during the process's exit.
+  static LargeBlockCache& Cache() {
+    static LargeBlockCache* cache = new LargeBlockCache();
+    return *cache;
+  }
+
+ private:
+  static void Delete(void* data) { Cache().Free(data); }
+};
+
 class TorchBackend final : public ModelBackend {
  public:
   TorchBackend() {
+    static CachingCpuAllocator* allocator = new CachingCpuAllocator();
+    // Priority 1: above libtorch's default (0), registered when libc10 loaded.
+    c10::SetCPUAllocator(allocator, /*priority=*/1);
     // The server runs each model instance on a thread of its own and sizes intra-op
     // parallelism per thread (PrepareThread); inter-op parallelism (torch.jit.fork) would add
     // a pool nobody sized. Only settable before the pool starts, hence here, once.
@@ -193,6 +221,8 @@ class TorchBackend final : public ModelBackend {
     } catch (const std::exception&) {
     }
   }
+
+  void ReleaseIdleMemory() override { CachingCpuAllocator::Cache().TrimIfIdle(); }
 
   std::string Description() const override {
     std::string parallel = at::get_parallel_info().find("OpenMP") != std::string::npos

@@ -55,6 +55,10 @@ BatchQueue::Take BatchQueue::TakeDue() {
   return take;
 }
 
+void BatchQueue::ReturnToFront(std::vector<std::unique_ptr<PendingInference>> batch) {
+  for (auto it = batch.rbegin(); it != batch.rend(); ++it) queue_.push_front(std::move(*it));
+}
+
 std::vector<std::unique_ptr<PendingInference>> BatchQueue::TakeAll() {
   std::vector<std::unique_ptr<PendingInference>> all;
   for (auto& request : queue_) all.push_back(std::move(request));

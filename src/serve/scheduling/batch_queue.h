@@ -53,6 +53,10 @@ class BatchQueue {
   // Removes and returns the batch that is due now, if any.
   Take TakeDue();
 
+  // Puts a batch TakeDue returned back at the head of the queue, as it was (an instance that
+  // found no free CPU gives it back; it takes the batch again, grown, once it has one).
+  void ReturnToFront(std::vector<std::unique_ptr<PendingInference>> batch);
+
   // Removes every queued request (at shutdown, to fail them).
   std::vector<std::unique_ptr<PendingInference>> TakeAll();
 

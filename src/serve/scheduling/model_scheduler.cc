@@ -49,7 +49,9 @@ absl::StatusOr<std::unique_ptr<ModelScheduler>> ModelScheduler::Start(
     SchedulerOptions options, std::vector<std::unique_ptr<ModelRunner>> runners,
     const Clock* clock, InferenceStats* stats) {
   if (runners.empty()) return absl::InvalidArgumentError("a model needs at least one instance");
-  std::unique_ptr<ModelScheduler> scheduler(new ModelScheduler(options.policy, clock, stats));
+  int slots_per_batch = options.slots ? options.slots->SlotsFor(options.threads_per_instance) : 0;
+  std::unique_ptr<ModelScheduler> scheduler(
+      new ModelScheduler(options.policy, clock, stats, options.slots, slots_per_batch));
   scheduler->runners_ = std::move(runners);
   // The warmup requests live on this stack until every instance reported back.
   const std::vector<std::vector<Tensor>>* warmup = &options.warmup;
@@ -129,6 +131,19 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     BatchQueue::Take take = queue_.TakeDue();
+    if (!take.batch.empty() && slots_ && !slots_->TryAcquire(slots_per_batch_)) {
+      // Every CPU is busy: wait for one without the batch, which keeps growing in the queue
+      // (another instance may take it meanwhile), then look again.
+      queue_.ReturnToFront(std::move(take.batch));
+      lock.unlock();
+      slots_->Acquire(slots_per_batch_);
+      lock.lock();
+      take = queue_.TakeDue();
+      if (take.batch.empty()) {
+        slots_->Release(slots_per_batch_);
+        continue;
+      }
+    }
     if (!take.batch.empty()) {
       // Others may be able to take the next batch while this one runs.
       if (queue_.size() > 0) wake_->work.notify_one();
@@ -162,6 +177,7 @@ void ModelScheduler::Execute(ModelRunner* runner,
   absl::StatusOr<std::vector<Tensor>> outputs =
       batch.size() == 1 ? runner->Run(std::move(batch.front()->inputs))
                         : runner->Run(ConcatenateRows(batch));
+  if (slots_) slots_->Release(slots_per_batch_);
   Clock::TimePoint end = clock_->Now();
   stats_->compute_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());

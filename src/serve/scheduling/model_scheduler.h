@@ -14,6 +14,7 @@
 #include "serve/core/inference_stats.h"
 #include "serve/core/tensor.h"
 #include "serve/scheduling/batch_queue.h"
+#include "serve/scheduling/compute_slots.h"
 
 namespace shoal::serve {
 
@@ -55,6 +56,11 @@ struct SchedulerOptions {
   // Requests (inputs in the model's argument order) that every instance runs, in order, before
   // the scheduler starts; their outputs are dropped, their errors refuse the scheduler.
   std::vector<std::vector<Tensor>> warmup;
+  // The server's CPUs, shared with every other scheduler: each instance holds
+  // `slots->SlotsFor(threads_per_instance)` of them while it runs a batch. Null: instances run
+  // whenever they have work.
+  std::shared_ptr<ComputeSlots> slots;
+  int threads_per_instance = 1;
 };
 
 // Runs one model version's requests on its instances: one thread per ModelRunner, all taking
@@ -81,15 +87,21 @@ class ModelScheduler {
   const BatchPolicy& policy() const { return queue_.policy(); }
 
  private:
-  ModelScheduler(BatchPolicy policy, const Clock* clock, InferenceStats* stats)
-      : clock_(clock), stats_(stats), queue_(policy, clock) {}
+  ModelScheduler(BatchPolicy policy, const Clock* clock, InferenceStats* stats,
+                 std::shared_ptr<ComputeSlots> slots, int slots_per_batch)
+      : clock_(clock), stats_(stats), slots_(std::move(slots)),
+        slots_per_batch_(slots_per_batch), queue_(policy, clock) {}
 
   // The body of instance thread `index`.
   void InstanceLoop(size_t index, ModelRunner* runner, const std::vector<std::vector<Tensor>>* warmup);
+  // Runs `batch`; gives back the compute slots it holds (if any) once the model is done, before
+  // the requests' callbacks run.
   void Execute(ModelRunner* runner, std::vector<std::unique_ptr<PendingInference>> batch);
 
   const Clock* const clock_;
   InferenceStats* const stats_;
+  const std::shared_ptr<ComputeSlots> slots_;
+  const int slots_per_batch_;
   std::vector<std::unique_ptr<ModelRunner>> runners_;
   std::vector<std::thread> threads_;
 

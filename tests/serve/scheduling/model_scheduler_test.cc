@@ -269,5 +269,59 @@ TEST(ModelSchedulerTest, TheDelayDispatchesAPartialBatch) {
   EXPECT_GE(stats.queue_ns.load(), 2'000'000u);
 }
 
+TEST(ModelSchedulerTest, InstancesBeyondTheCpusWaitForOneAndTheirBatchGrows) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};
+  options.slots = std::make_shared<ComputeSlots>(1);  // one CPU for two instances
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 2), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  std::vector<std::future<absl::StatusOr<std::vector<Tensor>>>> results;
+  results.push_back(Submit(**scheduler, 1, 0));
+  {
+    std::unique_lock<std::mutex> lock(recorder.mu);
+    recorder.changed.wait(lock, [&] { return recorder.running == 1; });
+  }
+  // The idle instance wakes for these but finds the only CPU taken: it must not run them
+  // beside the first batch, and those that come while it waits join its batch.
+  for (int i = 1; i <= 3; ++i) results.push_back(Submit(**scheduler, 1, float(i)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 4; i <= 5; ++i) results.push_back(Submit(**scheduler, 1, float(i)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    EXPECT_EQ(recorder.running, 1);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+  for (size_t i = 0; i < results.size(); ++i) {
+    absl::StatusOr<std::vector<Tensor>> result = results[i].get();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(FirstFloat((*result)[0]), float(i));
+  }
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{1, 5}));
+}
+
+TEST(ComputeSlotsTest, AnInstanceTakesItsThreadsWorthOfSlotsAtMostAll) {
+  ComputeSlots slots(4);
+  EXPECT_EQ(slots.SlotsFor(0), 1);
+  EXPECT_EQ(slots.SlotsFor(2), 2);
+  EXPECT_EQ(slots.SlotsFor(16), 4);
+  EXPECT_TRUE(slots.TryAcquire(3));
+  EXPECT_FALSE(slots.TryAcquire(2));
+  std::thread waiter([&] { slots.Acquire(2); });
+  slots.Release(3);
+  waiter.join();
+  EXPECT_TRUE(slots.TryAcquire(2));
+  EXPECT_FALSE(slots.TryAcquire(1));
+}
+
 }  // namespace
 }  // namespace shoal::serve
