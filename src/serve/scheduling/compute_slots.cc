@@ -10,7 +10,9 @@ int ComputeSlots::SlotsFor(int threads) const { return std::clamp(threads, 1, ca
 
 bool ComputeSlots::TryAcquire(int n) {
   absl::MutexLock lock(&mu_);
-  if (free_ < n) return false;
+  // Slots freed while others wait are theirs: a thread that just released them must not take
+  // them back before the waiters run.
+  if (waiters_ > 0 || free_ < n) return false;
   free_ -= n;
   return true;
 }
@@ -23,13 +25,25 @@ void ComputeSlots::Acquire(int n) {
   };
   absl::MutexLock lock(&mu_);
   Enough enough{&free_, n};
+  ++waiters_;
   mu_.Await(absl::Condition(&enough, &Enough::Holds));
+  --waiters_;
   free_ -= n;
 }
 
 void ComputeSlots::Release(int n) {
   absl::MutexLock lock(&mu_);
   free_ += n;
+}
+
+int ComputeSlots::Available() const {
+  absl::MutexLock lock(&mu_);
+  return free_;
+}
+
+bool ComputeSlots::HasWaiters() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_ > 0;
 }
 
 }  // namespace shoal::serve

@@ -20,16 +20,20 @@ class ComputeSlots {
   int capacity() const { return capacity_; }
   // The slots an instance of `threads` intra-op threads holds: at least 1, at most all.
   int SlotsFor(int threads) const;
-  // Takes `n` slots (from SlotsFor) if they are free now.
+  // Takes `n` slots (from SlotsFor) if they are free now and nobody waits for slots.
   bool TryAcquire(int n);
   // Waits until `n` slots are free and takes them.
   void Acquire(int n);
   void Release(int n);
+  // Hints, for deciding whom to wake: they may be stale by the time they return.
+  int Available() const;
+  bool HasWaiters() const;
 
  private:
   const int capacity_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int free_ ABSL_GUARDED_BY(mu_);
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;  // threads in Acquire
 };
 
 }  // namespace shoal::serve

@@ -100,6 +100,9 @@ void ModelScheduler::Submit(std::vector<Tensor> inputs, int64_t rows, InferenceD
       return;
     }
     queue_.Push(std::move(request));
+    // While an instance of this model runs and no CPU is free, waking another would only see
+    // that: the running one takes the request when its batch is done.
+    if (!CanStartAnotherLocked()) return;
   }
   if (!DeferredWakes::Defer(wake_)) wake_->work.notify_one();
 }
@@ -129,38 +132,61 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
   warmup = nullptr;  // Start() returns (and frees it) once every instance got here
 
   std::unique_lock<std::mutex> lock(mu_);
+  bool holding_slots = false;  // this instance holds its compute slots (slots_ only)
   while (!stopping_) {
     BatchQueue::Take take = queue_.TakeDue();
-    if (!take.batch.empty() && slots_ && !slots_->TryAcquire(slots_per_batch_)) {
-      // Every CPU is busy: wait for one without the batch, which keeps growing in the queue
-      // (another instance may take it meanwhile), then look again.
-      queue_.ReturnToFront(std::move(take.batch));
-      lock.unlock();
-      slots_->Acquire(slots_per_batch_);
-      lock.lock();
-      take = queue_.TakeDue();
-      if (take.batch.empty()) {
+    if (take.batch.empty()) {
+      if (holding_slots) {
         slots_->Release(slots_per_batch_);
-        continue;
+        holding_slots = false;
       }
-    }
-    if (!take.batch.empty()) {
-      // Others may be able to take the next batch while this one runs.
-      if (queue_.size() > 0) wake_->work.notify_one();
-      lock.unlock();
-      Execute(runner, std::move(take.batch));
-      lock.lock();
+      if (take.due_at) {
+        // The clock may be a test's: sleep for what it says is left, in real time, then look
+        // again; a new request wakes the thread earlier.
+        Clock::Duration left = *take.due_at - clock_->Now();
+        wake_->work.wait_for(lock, std::max(left, Clock::Duration(std::chrono::microseconds(1))));
+      } else {
+        wake_->work.wait(lock);
+      }
       continue;
     }
-    if (take.due_at) {
-      // The clock may be a test's: sleep for what it says is left, in real time, then look
-      // again; a new request wakes the thread earlier.
-      Clock::Duration left = *take.due_at - clock_->Now();
-      wake_->work.wait_for(lock, std::max(left, Clock::Duration(std::chrono::microseconds(1))));
-    } else {
-      wake_->work.wait(lock);
+    if (slots_) {
+      // An instance that ran the last batch keeps its CPU for the next one (its module's
+      // weights are still in the caches), unless another model waits for a CPU.
+      if (holding_slots && slots_->HasWaiters()) {
+        slots_->Release(slots_per_batch_);
+        holding_slots = false;
+      }
+      if (!holding_slots && !slots_->TryAcquire(slots_per_batch_)) {
+        // Every CPU is taken: the batch goes back to the queue, where it keeps growing. When
+        // an instance of this model holds one, it takes the batch once its own is done;
+        // otherwise wait for a CPU, then look again.
+        queue_.ReturnToFront(std::move(take.batch));
+        take.batch.clear();
+        if (running_ > 0) {
+          wake_->work.wait(lock);
+          continue;
+        }
+        lock.unlock();
+        slots_->Acquire(slots_per_batch_);
+        lock.lock();
+      }
+      holding_slots = true;
+      if (take.batch.empty()) continue;  // given back above: take it again, grown
     }
+    ++running_;
+    // Others may be able to take the next batch while this one runs.
+    if (queue_.size() > 0 && CanStartAnotherLocked()) wake_->work.notify_one();
+    lock.unlock();
+    Execute(runner, std::move(take.batch));
+    lock.lock();
+    --running_;
   }
+  if (holding_slots) slots_->Release(slots_per_batch_);
+}
+
+bool ModelScheduler::CanStartAnotherLocked() const {
+  return !slots_ || running_ == 0 || slots_->Available() >= slots_per_batch_;
 }
 
 void ModelScheduler::Execute(ModelRunner* runner,
@@ -177,7 +203,6 @@ void ModelScheduler::Execute(ModelRunner* runner,
   absl::StatusOr<std::vector<Tensor>> outputs =
       batch.size() == 1 ? runner->Run(std::move(batch.front()->inputs))
                         : runner->Run(ConcatenateRows(batch));
-  if (slots_) slots_->Release(slots_per_batch_);
   Clock::TimePoint end = clock_->Now();
   stats_->compute_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());

@@ -94,8 +94,8 @@ class ModelScheduler {
 
   // The body of instance thread `index`.
   void InstanceLoop(size_t index, ModelRunner* runner, const std::vector<std::vector<Tensor>>* warmup);
-  // Runs `batch`; gives back the compute slots it holds (if any) once the model is done, before
-  // the requests' callbacks run.
+  // Whether an instance woken now could start a batch: no instance runs, or a CPU is free.
+  bool CanStartAnotherLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Execute(ModelRunner* runner, std::vector<std::unique_ptr<PendingInference>> batch);
 
   const Clock* const clock_;
@@ -113,6 +113,7 @@ class ModelScheduler {
   BatchQueue queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   size_t warm_instances_ ABSL_GUARDED_BY(mu_) = 0;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // instances running a batch
   absl::Status warmup_error_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -309,6 +309,39 @@ TEST(ModelSchedulerTest, InstancesBeyondTheCpusWaitForOneAndTheirBatchGrows) {
   EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{1, 5}));
 }
 
+TEST(ModelSchedulerTest, AnInstanceKeepingItsCpuLetsAnotherModelWaitingForOneGoFirst) {
+  Recorder recorder;  // both models: x sends 1-row requests, y 2-row ones
+  InferenceStats x_stats, y_stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};
+  options.slots = std::make_shared<ComputeSlots>(1);
+  auto x = ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &x_stats);
+  auto y = ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &y_stats);
+  ASSERT_TRUE(x.ok() && y.ok());
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  auto x1 = Submit(**x, 1, 0);
+  {
+    std::unique_lock<std::mutex> lock(recorder.mu);
+    recorder.changed.wait(lock, [&] { return recorder.running == 1; });
+  }
+  auto x2 = Submit(**x, 1, 1);  // x has more work when its batch is done...
+  auto y1 = Submit(**y, 2, 2);  // ...but y has been waiting for the CPU
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+  ASSERT_TRUE(x1.get().ok());
+  ASSERT_TRUE(x2.get().ok());
+  ASSERT_TRUE(y1.get().ok());
+  std::lock_guard<std::mutex> lock(recorder.mu);
+  EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{1, 2, 1}));
+}
+
 TEST(ComputeSlotsTest, AnInstanceTakesItsThreadsWorthOfSlotsAtMostAll) {
   ComputeSlots slots(4);
   EXPECT_EQ(slots.SlotsFor(0), 1);
