@@ -7,6 +7,7 @@ python (the only one with pyarrow).
 
 import json
 import os
+import signal
 import subprocess
 
 import shoal_e2e as e2e
@@ -148,6 +149,83 @@ def test_each_parquet_file_is_consumed_once_per_epoch_across_a_killed_task(
     status = shoal_status(job_id)
     assert status["state"] == "succeeded"
     assert [c["done"] for c in status["shards"]["epoch_counts"]] == [FILES] * EPOCHS
+
+
+# Each task pauses after its first shard, between `done` and the next `lease`, until the test
+# says go: the master is replaced while no SDK request is in flight (one sent to a master that
+# dies is not answered, and the SDK would time out after 30 s).
+PAUSING_READER = """
+import json, os, sys, time
+import shoal
+out, epochs = sys.argv[1], int(sys.argv[2])
+step = 0
+for epoch in range(epochs):
+    for shard in shoal.shards(epoch):
+        ids = shard.read_numpy(columns=["id"])["id"].tolist()
+        for i in ids:
+            step += 1
+            shoal.progress(step)
+        shard.done(step)
+        name = os.path.join(out, f"e{epoch}-s{shard.id}.json")
+        with open(name + ".tmp", "w") as f:
+            json.dump({"ids": ids, "file": shard.file}, f)
+        os.rename(name + ".tmp", name)
+        paused = os.path.join(out, "paused-" + shoal.env.task())
+        if not os.path.exists(paused):
+            open(paused, "w").close()
+            while not os.path.exists(os.path.join(out, "go")):
+                time.sleep(0.05)
+"""
+
+
+def test_a_replaced_master_hands_out_the_shards_listed_at_submission(
+        tmp_path, write_file, write_job, detach_job, start_shoal, jobs_dir):
+    data = tmp_path / "data"
+    write_dataset(data, 6, 10)
+    write_file("pausing_reader.py", PAUSING_READER)
+    out = tmp_path / "out"
+    out.mkdir()
+    job = write_job(f"""
+        name: parquetrecover
+        dataset: {{parquet: ./data, epochs: 2}}
+        roles:
+          worker:
+            instances: 2
+            command: ["{SPARK_PYTHON}", pausing_reader.py, "{out}", "2"]
+            resources: {{cpus: 0.5}}
+        """)
+    job_id = detach_job(job, env={"SHOAL_AGENT_MASTER_GRACE_MS": "30000"})
+    job_dir = jobs_dir / job_id
+    listed = json.loads((job_dir / "submit.json").read_text())["dataset_files"]
+    e2e.wait_until(lambda: (out / "paused-worker:0").exists() and
+                   (out / "paused-worker:1").exists(), 60, "both workers to pause")
+    os.kill(json.loads((job_dir / "master.json").read_text())["pid"], signal.SIGKILL)
+    # A file that sorts first: listed again, every shard id would now name another file.
+    subprocess.run([SPARK_PYTHON, "-c", WRITE_DATASET, str(tmp_path / "extra"), "1", "10"],
+                   check=True, env=e2e.base_env())
+    (tmp_path / "extra" / "part-00000-4f1c.c000.snappy.parquet").rename(
+        data / "part-00000-0000.c000.snappy.parquet")
+
+    client = start_shoal("resume", job_id)
+    e2e.wait_until(lambda: len(e2e.events_of(e2e.read_events(job_dir), "agent_reattached")) >= 1,
+                   60, "the new master to take the agent back")
+    (out / "go").touch()
+    rc = client.wait(120)
+    assert rc == 0, client.stderr()
+    events = e2e.read_events(job_dir)
+    assert len(e2e.events_of(events, "master_recovered")) == 1
+    assert [e["files"] for e in e2e.events_of(events, "dataset_listed")] == [listed]
+    done = [(e["epoch"], e["shard"]) for e in e2e.events_of(events, "shard_done")]
+    assert sorted(done) == [(e, s) for e in range(2) for s in range(6)], done
+    for epoch in range(2):
+        ids = []
+        for s in range(6):
+            rec = json.loads((out / f"e{epoch}-s{s}.json").read_text())
+            assert rec["file"] == listed[s]
+            ids += rec["ids"]
+        assert sorted(ids) == list(range(60)), f"epoch {epoch}"
+    final = json.loads((job_dir / "status.json").read_text())
+    assert final["state"] == "succeeded", final
 
 
 def refused(run_shoal, write_job, jobs_dir, parquet, line_text):
