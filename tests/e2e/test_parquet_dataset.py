@@ -291,12 +291,17 @@ for shard in shoal.shards(0):
 # ------------------------------------------------------------------------------------------
 # examples/spark-parquet: PySpark prepares, Shoal trains
 
-def test_spark_parquet_example_trains_to_its_threshold(tmp_path, repo_root, run_shoal, jobs_dir):
+def test_spark_parquet_example_trains_to_its_threshold_across_a_killed_trainer(
+        tmp_path, repo_root, start_shoal, jobs_dir, shoal_status):
     example = repo_root / "examples" / "spark-parquet"
     work = tmp_path / "example"
     work.mkdir()
-    for name in ("job.yaml", "train.py"):
-        (work / name).write_text((example / name).read_text())
+    (work / "train.py").write_text((example / "train.py").read_text())
+    # Slowed down so that the trainer can be killed mid-run; otherwise the example's own job.
+    job_text = (example / "job.yaml").read_text()
+    assert '--epochs, "10",' in job_text
+    (work / "job.yaml").write_text(
+        job_text.replace('--epochs, "10",', '--epochs, "10", --step-delay, "0.01",'))
     # PySpark in local[2] with a 1g driver; its JVM ends with the script (spark.stop()).
     r = subprocess.run([SPARK_PYTHON, str(example / "prepare.py"), "--out", str(work / "data")],
                        capture_output=True, text=True, timeout=300, env=e2e.base_env())
@@ -305,12 +310,22 @@ def test_spark_parquet_example_trains_to_its_threshold(tmp_path, repo_root, run_
                    if p.name.endswith(".parquet") and not p.name.startswith("."))
     assert len(parts) == 6, parts
 
-    r = run_shoal("run", work / "job.yaml", timeout=300)
-    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    accuracy = [float(l.split("=", 1)[1]) for l in r.stdout.splitlines()
+    client = start_shoal("run", work / "job.yaml")
+    job_dir = e2e.wait_for_job(jobs_dir, "digits-parquet")
+    # In the second epoch, after a checkpoint: the group restarts from it.
+    e2e.wait_until(lambda: any(e["epoch"] >= 1 for e in e2e.events_of(
+        e2e.read_events(job_dir), "shard_done")), 120, "a shard of the second epoch to be done")
+    trainer = next(t for t in shoal_status(job_dir.name)["tasks"] if t["task"] == "trainer:0")
+    assert e2e.kill_task(trainer["pid"], job_dir.name), trainer
+    rc = client.wait(300)
+    out = client.stdout()
+    assert rc == 0, f"{out[-3000:]}\n{client.stderr()[-3000:]}"
+    assert "trainer:0 | resumed from checkpoint step" in out, out[-3000:]
+    accuracy = [float(l.split("=", 1)[1]) for l in out.splitlines()
                 if l.startswith("trainer:0 | final_accuracy=")]
-    assert len(accuracy) == 1 and accuracy[0] >= 0.9, r.stdout[-3000:]
-    job_dir = e2e.job_dirs(jobs_dir)[0]
+    assert len(accuracy) == 1 and accuracy[0] >= 0.9, out[-3000:]
     events = e2e.read_events(job_dir)
-    done = [(e["epoch"], e["shard"]) for e in e2e.events_of(events, "shard_done")]
-    assert sorted(done) == [(e, s) for e in range(10) for s in range(6)]
+    assert len(e2e.events_of(events, "group_restart_begun")) == 1
+    status = shoal_status(job_dir.name)
+    assert status["state"] == "succeeded"
+    assert [c["done"] for c in status["shards"]["epoch_counts"]] == [6] * 10
