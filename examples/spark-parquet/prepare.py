@@ -51,6 +51,9 @@ def main():
         digits.data / 16.0, digits.target, test_size=0.2, stratify=digits.target,
         random_state=0)
 
+    # The executors' Python workers run this same interpreter unless told otherwise (the same
+    # venv path on every machine, as Shoal's setup.sh makes it).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master(args.master).appName("shoal-digits-prepare")
              .config("spark.driver.memory", args.driver_memory)
              .config("spark.executor.memory", "512m")
