@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 
+import pytest
+
 import shoal_e2e as e2e
 
 SPARK_PYTHON = "/var/cache/shoal/venvs/spark/bin/python"
@@ -28,6 +30,17 @@ for f in range(files):
     open(os.path.join(out, f".{name}.crc"), "wb").write(b"crc")
 open(os.path.join(out, "_SUCCESS"), "w").close()
 """
+
+
+@pytest.fixture(autouse=True, scope="module")
+def spark_venv_has_this_sdk():
+    """The tasks import the SDK installed in the spark venv (or the one PYTHONPATH names): one
+    older than Shard.read_numpy would fail every test here for a reason of its own."""
+    r = subprocess.run([SPARK_PYTHON, "-c", "import shoal; shoal.Shard.read_numpy"],
+                       capture_output=True, text=True, env=e2e.base_env())
+    assert r.returncode == 0, (
+        f"{SPARK_PYTHON} has no shoal SDK with Shard.read_numpy (run ./setup.sh, which installs "
+        f"this checkout's SDK into the spark venv, or set PYTHONPATH=sdk/python):\n{r.stderr}")
 
 
 def write_dataset(directory, files, rows):

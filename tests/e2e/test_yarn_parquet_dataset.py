@@ -9,6 +9,8 @@ import json
 import secrets
 import subprocess
 
+import pytest
+
 import shoal_e2e as e2e
 from shoal import webhdfs
 
@@ -29,6 +31,16 @@ for shard in shoal.shards(0):
     print("SHARD", shard.id, shard.file, ids, flush=True)
     shard.done(len(ids))
 """
+
+
+@pytest.fixture(autouse=True, scope="module")
+def spark_venv_has_this_sdk():
+    """The tasks import the SDK installed in the spark venv (or the one PYTHONPATH names)."""
+    r = subprocess.run([SPARK_PYTHON, "-c", "import shoal; shoal.Shard.read_numpy"],
+                       capture_output=True, text=True, env=e2e.base_env())
+    assert r.returncode == 0, (
+        f"{SPARK_PYTHON} has no shoal SDK with Shard.read_numpy (run ./setup.sh, which installs "
+        f"this checkout's SDK into the spark venv, or set PYTHONPATH=sdk/python):\n{r.stderr}")
 
 
 def hdfs_dataset(cluster, tmp_path, files, rows):
