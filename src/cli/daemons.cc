@@ -104,6 +104,18 @@ int RunMasterDaemon(const std::string& job_dir, const std::string& shoal_binary,
     spdlog::error("invalid job file: {}", std::string(spec.status().message()));
     return 2;
   }
+  if (!spec->dataset.parquet.empty()) {
+    // Listed by `shoal run` and fixed there (master/parquet_dataset.h), never listed again.
+    const nlohmann::json files = submit.value("dataset_files", nlohmann::json());
+    bool valid = files.is_array() && !files.empty();
+    for (const auto& f : files) valid = valid && f.is_string();
+    if (!valid) {
+      spdlog::error("{}/submit.json lacks dataset_files, the Parquet files `shoal run` listed",
+                    job_dir);
+      return 2;
+    }
+    spec->dataset.files = files.get<std::vector<std::string>>();
+  }
   std::string backend_name = submit.value("backend", "local");
   const backends::BackendProvider* provider = BuiltInBackends().Find(backend_name);
   if (provider == nullptr) {

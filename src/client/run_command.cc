@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "backends/backend_registry.h"
 #include "client/commands.h"
+#include "master/parquet_dataset.h"
 #include "master/tensorboard_sidecar.h"
 #include "client/job_directory.h"
 #include "client/master_client.h"
@@ -224,6 +225,20 @@ int RunJob(const RunOptions& options) {
       return kExitUsage;
     }
   }
+  // Listed once, here, so that an empty or missing dataset is refused before anything starts
+  // and every master of the job (a recovering one too) hands out the same shards.
+  std::vector<std::string> dataset_files;
+  if (!job.dataset.parquet.empty()) {
+    const char* webhdfs = std::getenv("SHOAL_WEBHDFS");
+    auto files = master::ListParquetDataset(job.dataset.parquet, webhdfs ? webhdfs : "");
+    if (!files.ok()) {
+      std::cerr << "shoal: invalid job file:\n"
+                << options.job_file << ":" << job.dataset.parquet_line
+                << ": dataset.parquet: " << files.status().message() << "\n";
+      return kExitUsage;
+    }
+    dataset_files = std::move(*files);
+  }
   // Read by every agent of the job (the backends pass this environment on): refused here,
   // before anything starts, rather than half-honoured on some machines.
   std::optional<PortRange> task_ports;
@@ -272,6 +287,7 @@ int RunJob(const RunOptions& options) {
   };
   if (!preflight->settings.empty()) submit[options.backend] = preflight->settings;
   if (options.fake_gpus) submit["fake_gpus"] = *options.fake_gpus;
+  if (!job.dataset.parquet.empty()) submit["dataset_files"] = dataset_files;
   absl::Status st = MakeDirs(job_dir);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/spec.yaml", job_file->text);
   if (st.ok()) st = WriteFileAtomically(job_dir + "/token", *token + "\n", 0600);

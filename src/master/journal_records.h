@@ -65,6 +65,13 @@ struct MasterRecovered {
   uint32_t generation = 0;
   std::string phase;
 };
+// The files of a Parquet dataset, one shard each, as `shoal run` listed them (submit.json's
+// "dataset_files"): written after job_submitted, and compared with submit.json on recovery.
+struct DatasetListed {
+  static constexpr const char* kType = "dataset_listed";
+  std::string location;  // dataset.parquet
+  std::vector<std::string> files;
+};
 struct SidecarStarted {
   static constexpr const char* kType = "sidecar_started";
   std::string name;
@@ -293,7 +300,7 @@ struct OtherRecord {
 
 using JournalRecord =
     std::variant<JobSubmitted, JobStateChanged, OutcomeDecided, JobFinished, KillRequested,
-                 MasterRecovered, SidecarStarted, SidecarFailed, Queued, AdmissionRefused,
+                 MasterRecovered, DatasetListed, SidecarStarted, SidecarFailed, Queued, AdmissionRefused,
                  Admitted, Allocated, CancelledOutside, AgentRegistered, AgentRefused,
                  AgentReattached, ReattachFailed, AgentLeaving, AgentDisconnected, AgentSilent,
                  AgentNotice, PlaceLost, PlaceReplacing, Rendezvous, TaskStateChanged, TaskHung,

@@ -88,6 +88,17 @@ struct Applier {
     s.master_address = r.master;
     return absl::OkStatus();
   }
+  // The shards are those of submit.json: a journal that lists others belongs to another
+  // listing, and its shard records would mean other files.
+  absl::Status operator()(const DatasetListed& r) {
+    if (s.shards == nullptr || r.files != s.shards->dataset().files) {
+      return absl::DataLossError(absl::StrCat(
+          "the journal's dataset_listed (", r.files.size(), " files of ", r.location,
+          ") differs from the job's submit.json (",
+          s.shards == nullptr ? 0 : s.shards->dataset().files.size(), " files)"));
+    }
+    return absl::OkStatus();
+  }
   absl::Status operator()(const MasterRecovered& r) {
     s.master_address = r.master;
     return absl::OkStatus();

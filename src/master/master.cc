@@ -166,6 +166,9 @@ absl::Status Master::Start() {
   }
   loop_.Post([this] {
     Record(JobSubmitted{options_.job_id, options_.spec.name, job_.tasks.tasks().size(), address_});
+    if (!options_.spec.dataset.parquet.empty()) {
+      Record(DatasetListed{options_.spec.dataset.parquet, options_.spec.dataset.files});
+    }
     for (auto& t : job_.tasks.tasks()) {
       TaskStateChanged initial;
       initial.task = t.Key();

@@ -42,8 +42,8 @@ constexpr absl::string_view kHeartbeatKeys[] = {"interval", "misses"};
 constexpr absl::string_view kCheckpointKeys[] = {"dir", "keep"};
 constexpr absl::string_view kTensorBoardKeys[] = {"logdir", "command"};
 constexpr absl::string_view kPublishKeys[] = {"repository", "keep"};
-constexpr absl::string_view kDatasetKeys[] = {"shards", "samples", "shard_size", "epochs",
-                                              "lease_timeout"};
+constexpr absl::string_view kDatasetKeys[] = {"shards", "samples",       "shard_size",
+                                              "epochs", "lease_timeout", "parquet"};
 // In the order the messages list them; the names come from job_spec.cc.
 constexpr OnFailure kOnFailureValues[] = {OnFailure::kFailJob, OnFailure::kRestartTask,
                                           OnFailure::kRestartGroup, OnFailure::kElastic};
@@ -245,6 +245,7 @@ class JobFileParser {
   void ParseDataset(const Entry& e, DatasetConfig& out);
 
   void ParseShards(const Entry& e, const std::string& key, DatasetConfig& out);
+  void ParseParquet(const Entry& e, const std::string& key, DatasetConfig& out);
 
   // Fills each role's failure handling from its own keys, else the job's, else the defaults, and
   // refuses combinations that cannot work. REQUIRES: ParseSuccess has run, since restart: always

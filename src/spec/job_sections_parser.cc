@@ -234,8 +234,9 @@ void JobFileParser::ParseDataset(const Entry& e, DatasetConfig& out) {
   const std::string path = "dataset";
   out.configured = true;
   constexpr char kForms[] =
-      "either shards (a list of files, e.g. [a.npz, b.npz]) or samples and shard_size (e.g. "
-      "samples: 1797, shard_size: 64)";
+      "either shards (a list of files, e.g. [a.npz, b.npz]), samples and shard_size (e.g. "
+      "samples: 1797, shard_size: 64) or parquet (a Parquet dataset, e.g. parquet: "
+      "./digits.parquet)";
   if (!e.value.IsMap()) {
     Error(e.line, path, absl::StrCat("must be a map with ", kForms, ", got ", Describe(e.value)));
     return;
@@ -245,6 +246,7 @@ void JobFileParser::ParseDataset(const Entry& e, DatasetConfig& out) {
   const Entry* shards = Find(entries, "shards");
   const Entry* samples = Find(entries, "samples");
   const Entry* shard_size = Find(entries, "shard_size");
+  const Entry* parquet = Find(entries, "parquet");
 
   if (shards != nullptr) ParseShards(*shards, JoinKey(path, "shards"), out);
   if (samples != nullptr) {
@@ -257,18 +259,27 @@ void JobFileParser::ParseDataset(const Entry& e, DatasetConfig& out) {
       out.shard_size = static_cast<uint64_t>(*n);
     }
   }
+  if (parquet != nullptr) ParseParquet(*parquet, JoinKey(path, "parquet"), out);
 
-  if (shards != nullptr && samples != nullptr) {
-    // Reported at whichever of the two comes second.
-    const Entry* later = shards->line > samples->line ? shards : samples;
-    const Entry* earlier = later == shards ? samples : shards;
+  // The keys that each choose a form; two of them is one too many, reported at the second.
+  std::vector<const Entry*> forms;
+  for (const Entry* f : {shards, samples, parquet}) {
+    if (f != nullptr) forms.push_back(f);
+  }
+  std::sort(forms.begin(), forms.end(),
+            [](const Entry* a, const Entry* b) { return a->line < b->line; });
+  if (forms.size() > 1) {
+    const Entry* earlier = forms[0];
+    const Entry* later = forms[1];
     Error(later->line, JoinKey(path, later->key),
           absl::StrCat("cannot be given together with ", JoinKey(path, earlier->key),
                        " (line ", earlier->line, "); a dataset is ", kForms));
-  } else if (shards != nullptr && shard_size != nullptr) {
+  } else if (shard_size != nullptr && (shards != nullptr || parquet != nullptr)) {
     Error(shard_size->line, JoinKey(path, "shard_size"),
-          "only goes with samples; with shards each file is one shard, so drop it");
-  } else if (shards == nullptr && samples == nullptr) {
+          shards != nullptr
+              ? "only goes with samples; with shards each file is one shard, so drop it"
+              : "only goes with samples; with parquet each Parquet file is one shard, so drop it");
+  } else if (forms.empty()) {
     if (shard_size != nullptr) {
       Error(e.line, JoinKey(path, "samples"),
             "required with shard_size; expected an integer >= 1, e.g. samples: 1797");
@@ -321,6 +332,46 @@ void JobFileParser::ParseShards(const Entry& e, const std::string& key, DatasetC
       out.files.push_back(item.Scalar());
     }
   }
+}
+
+void JobFileParser::ParseParquet(const Entry& e, const std::string& key, DatasetConfig& out) {
+  constexpr char kForm[] =
+      "a Parquet file or a directory of them (as Spark writes it), absolute or relative to the "
+      "job file, or hdfs://namenode[:port]/path, e.g. ./digits.parquet";
+  auto text = Scalar(e, key, kForm);
+  if (!text) return;
+  if (text->empty()) {
+    Error(e.line, key, absl::StrCat("must be ", kForm, ", got ''"));
+  } else if ((*text)[0] == '~') {
+    Error(e.line, key,
+          absl::StrCat("'~' is not expanded; must be ", kForm, ", got ", Describe(e.value)));
+  } else if (HasNul(*text)) {
+    Error(e.line, key, kNulMessage);
+  } else if (HasUriScheme(*text)) {
+    // Listed through WebHDFS when the job is submitted (src/master/parquet_dataset.h).
+    absl::string_view rest = *text;
+    bool hdfs = absl::ConsumePrefix(&rest, "hdfs://");
+    size_t slash = rest.find('/');
+    absl::string_view authority = rest.substr(0, slash);
+    bool has_host = !authority.empty() && authority.front() != ':';
+    if (!hdfs) {
+      Error(e.line, key,
+            absl::StrCat("a Parquet dataset is read from a local path or from "
+                         "hdfs://namenode[:port]/path, got ",
+                         Describe(e.value)));
+    } else if (!has_host || slash == absl::string_view::npos ||
+               rest.substr(slash).find_first_not_of('/') == absl::string_view::npos) {
+      Error(e.line, key,
+            absl::StrCat("must be hdfs://namenode[:port]/path, a NameNode host and a path "
+                         "below it, e.g. hdfs://nn:8020/data/digits.parquet, got ",
+                         Describe(e.value)));
+    } else {
+      out.parquet = *text;
+    }
+  } else {
+    out.parquet = ResolveDir(base_dir_, *text);
+  }
+  out.parquet_line = e.line;
 }
 
 class JobFileParser::OwnedSectionReader final : public SectionReader {

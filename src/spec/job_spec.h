@@ -107,9 +107,13 @@ struct CheckpointConfig {
 };
 
 // A dataset handed out in shards, each leased to one worker at a time and completed exactly
-// once per epoch. Exactly one of `files` and `samples` is set.
+// once per epoch. Exactly one of `files`, `samples` and `parquet` is set by the parser; for a
+// Parquet dataset `files` is filled from the listing fixed at submission (parquet_dataset.h).
 struct DatasetConfig {
   std::vector<std::string> files;  // one shard per file, as written in the job file
+  // A Parquet file or directory: an absolute local path or hdfs://namenode[:port]/path.
+  std::string parquet;
+  int parquet_line = 0;  // where the job file gives it, for the listing's messages
   uint64_t samples = 0;            // index ranges [0, samples) cut into shard_size pieces
   uint64_t shard_size = 0;
   uint32_t epochs = 1;

@@ -35,6 +35,7 @@ TEST(JournalRecordsTest, KnownRecordsKeepTheirJsonForm) {
   // Lines as af9654c wrote them (time stamps aside): parsed and written again, unchanged.
   const char* lines[] = {
       R"({"job_id":"j","master":"127.0.0.1:1","name":"n","tasks":3,"type":"job_submitted"})",
+      R"({"files":["/d/part-00000.parquet","/d/part-00001.parquet"],"location":"/d","type":"dataset_listed"})",
       R"({"rank":0,"task":"ps:0","to":"pending","type":"task_state"})",
       R"({"attempt":0,"from":"starting","pid":24000,"task":"worker:0","to":"running","type":"task_state"})",
       R"({"attempt":0,"exit_code":5,"from":"running","reason":"r","signal":0,"task":"ps:0","to":"failed","type":"task_state"})",
@@ -244,6 +245,7 @@ TEST(JournaledStateTest, ReplayingEveryRecordKindRebuildsTheLiveState) {
   };
 
   live.Record(JobSubmitted{LiveJob::kJobId, "typed", live.job.tasks.tasks().size(), "h:1"});
+  live.Record(DatasetListed{"/data/d", spec.dataset.files});
   for (auto& t : live.job.tasks.tasks()) {
     TaskStateChanged initial;
     initial.task = t.Key();
@@ -355,6 +357,32 @@ TEST(JournaledStateTest, AnotherJobsJournalIsRefused) {
   EXPECT_THAT(st.message(), ::testing::HasSubstr("belongs to job theirs, not mine"));
   JournaledState empty("mine", spec);
   EXPECT_EQ(Replay({}, empty, Clock::TimePoint{}).code(), absl::StatusCode::kDataLoss);
+}
+
+// A Parquet dataset's shards come from submit.json (spec.dataset.files); a journal that listed
+// other files numbered its shards differently, and its shard records would mean other files.
+TEST(JournaledStateTest, AJournalListingOtherParquetFilesIsRefused) {
+  spec::JobSpec spec = ParseSpec(
+      "name: p\ndataset: {parquet: /d}\nroles:\n  worker: {command: [x]}\n");
+  spec.dataset.files = {"/d/part-00000.parquet", "/d/part-00001.parquet"};
+  auto journal = [&](std::vector<std::string> files) {
+    return std::vector<nlohmann::json>{
+        ToJson(JournalRecord(JobSubmitted{"mine", "p", 1, "h:1"})),
+        ToJson(JournalRecord(DatasetListed{"/d", std::move(files)}))};
+  };
+  JournaledState same("mine", spec);
+  EXPECT_TRUE(Replay(journal(spec.dataset.files), same, Clock::TimePoint{}).ok());
+  JournaledState other("mine", spec);
+  auto st = Replay(journal({"/d/part-00001.parquet", "/d/part-00002.parquet"}), other,
+                   Clock::TimePoint{});
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(st.message(),
+              ::testing::HasSubstr("the journal's dataset_listed (2 files of /d) differs from "
+                                   "the job's submit.json (2 files)"));
+  spec::JobSpec without = ParseSpec("name: p\nroles:\n  worker: {command: [x]}\n");
+  JournaledState none("mine", without);
+  EXPECT_EQ(Replay(journal({"/d/a.parquet"}), none, Clock::TimePoint{}).code(),
+            absl::StatusCode::kDataLoss);
 }
 
 // ---------------------------------------------------------------- af9654c's journals

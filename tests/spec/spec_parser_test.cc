@@ -1563,18 +1563,20 @@ roles:
   a: {command: [x]}
 )yaml");
   EXPECT_EQ(msg, "job.yaml:4: dataset.samples: cannot be given together with dataset.shards "
-                 "(line 3); a dataset is either shards (a list of files, e.g. [a.npz, b.npz]) or "
-                 "samples and shard_size (e.g. samples: 1797, shard_size: 64)");
+                 "(line 3); a dataset is either shards (a list of files, e.g. [a.npz, b.npz]), "
+                 "samples and shard_size (e.g. samples: 1797, shard_size: 64) or parquet (a "
+                 "Parquet dataset, e.g. parquet: ./digits.parquet)");
 }
 
 TEST(SpecParserTest, RejectsDatasetWithNeitherShardsNorSamples) {
   EXPECT_EQ(Refusal("name: j\ndataset: {epochs: 2}\nroles:\n  a: {command: [x]}\n"),
-            "job.yaml:2: dataset: needs either shards (a list of files, e.g. [a.npz, b.npz]) or "
-            "samples and shard_size (e.g. samples: 1797, shard_size: 64)");
+            "job.yaml:2: dataset: needs either shards (a list of files, e.g. [a.npz, b.npz]), "
+            "samples and shard_size (e.g. samples: 1797, shard_size: 64) or parquet (a Parquet "
+            "dataset, e.g. parquet: ./digits.parquet)");
   EXPECT_EQ(Refusal("name: j\ndataset:\nroles:\n  a: {command: [x]}\n"),
             "job.yaml:2: dataset: must be a map with either shards (a list of files, e.g. "
-            "[a.npz, b.npz]) or samples and shard_size (e.g. samples: 1797, shard_size: 64), got "
-            "nothing");
+            "[a.npz, b.npz]), samples and shard_size (e.g. samples: 1797, shard_size: 64) or "
+            "parquet (a Parquet dataset, e.g. parquet: ./digits.parquet), got nothing");
 }
 
 TEST(SpecParserTest, RejectsSamplesAndShardSizeWithoutEachOther) {
@@ -1609,7 +1611,8 @@ roles:
                           "got 0s",
                           "job.yaml:7: dataset.lease_timout: unknown key; did you mean "
                           "'lease_timeout'? "
-                          "accepted keys: shards, samples, shard_size, epochs, lease_timeout"));
+                          "accepted keys: shards, samples, shard_size, epochs, lease_timeout, "
+                          "parquet"));
 }
 
 TEST(SpecParserTest, RejectsBadShardLists) {
@@ -1631,6 +1634,78 @@ roles:
               ElementsAre("job.yaml:5: dataset.shards[1]: must not be empty; expected a file "
                           "name such as a.npz",
                           "job.yaml:6: dataset.shards[2]: must be a file name, got a list"));
+}
+
+TEST(SpecParserTest, ParsesParquetDatasetResolvedAgainstTheJobFile) {
+  auto spec = Parse(R"yaml(name: j
+dataset:
+  parquet: data/../digits.parquet/
+  epochs: 2
+  lease_timeout: 30s
+roles:
+  a: {command: [x]}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->dataset.configured);
+  EXPECT_EQ(spec->dataset.parquet, "/jobs/demo/digits.parquet");
+  EXPECT_EQ(spec->dataset.parquet_line, 3);
+  // Filled from the listing fixed at submission, not by the parser.
+  EXPECT_TRUE(spec->dataset.files.empty());
+  EXPECT_EQ(spec->dataset.epochs, 2u);
+  EXPECT_EQ(spec->dataset.lease_timeout, milliseconds(30000));
+
+  auto absolute = Parse("name: j\ndataset: {parquet: /data/d}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(absolute.ok()) << absolute.status();
+  EXPECT_EQ(absolute->dataset.parquet, "/data/d");
+  auto hdfs = Parse(
+      "name: j\ndataset: {parquet: 'hdfs://nn:8020/data/digits'}\nroles:\n  a: {command: [x]}\n");
+  ASSERT_TRUE(hdfs.ok()) << hdfs.status();
+  EXPECT_EQ(hdfs->dataset.parquet, "hdfs://nn:8020/data/digits");
+}
+
+TEST(SpecParserTest, RejectsParquetWithAnotherDatasetForm) {
+  EXPECT_EQ(Refusal("name: j\ndataset:\n  shards: [a.npz]\n  parquet: d\nroles:\n  a: "
+                    "{command: [x]}\n"),
+            "job.yaml:4: dataset.parquet: cannot be given together with dataset.shards (line 3); "
+            "a dataset is either shards (a list of files, e.g. [a.npz, b.npz]), samples and "
+            "shard_size (e.g. samples: 1797, shard_size: 64) or parquet (a Parquet dataset, e.g. "
+            "parquet: ./digits.parquet)");
+  EXPECT_THAT(Refusal("name: j\ndataset:\n  parquet: d\n  samples: 10\n  shard_size: 2\nroles:\n"
+                      "  a: {command: [x]}\n"),
+              HasSubstr("job.yaml:4: dataset.samples: cannot be given together with "
+                        "dataset.parquet (line 3); a dataset is either"));
+  EXPECT_EQ(Refusal("name: j\ndataset:\n  parquet: d\n  shard_size: 2\nroles:\n  a: {command: "
+                    "[x]}\n"),
+            "job.yaml:4: dataset.shard_size: only goes with samples; with parquet each Parquet "
+            "file is one shard, so drop it");
+}
+
+TEST(SpecParserTest, RejectsBadParquetLocations) {
+  auto refusal = [](const std::string& value) {
+    return Refusal("name: j\ndataset:\n  parquet: " + value + "\nroles:\n  a: {command: [x]}\n");
+  };
+  constexpr char kForm[] =
+      "a Parquet file or a directory of them (as Spark writes it), absolute or relative to the "
+      "job file, or hdfs://namenode[:port]/path, e.g. ./digits.parquet";
+  EXPECT_EQ(refusal("''"),
+            absl::StrCat("job.yaml:3: dataset.parquet: must be ", kForm, ", got ''"));
+  EXPECT_EQ(refusal("[a, b]"),
+            absl::StrCat("job.yaml:3: dataset.parquet: must be ", kForm, ", got a list"));
+  EXPECT_EQ(refusal("~/digits"),
+            absl::StrCat("job.yaml:3: dataset.parquet: '~' is not expanded; must be ", kForm,
+                         ", got '~/digits'"));
+  EXPECT_EQ(refusal("'s3://bucket/digits'"),
+            "job.yaml:3: dataset.parquet: a Parquet dataset is read from a local path or from "
+            "hdfs://namenode[:port]/path, got 's3://bucket/digits'");
+  for (const char* uri : {"'hdfs:///data'", "'hdfs://nn'", "'hdfs://nn/'", "'hdfs://:8020/d'"}) {
+    EXPECT_THAT(refusal(uri),
+                HasSubstr("job.yaml:3: dataset.parquet: must be hdfs://namenode[:port]/path, a "
+                          "NameNode host and a path below it"))
+        << uri;
+  }
+  EXPECT_EQ(refusal("\"a\\0b\""),
+            "job.yaml:3: dataset.parquet: must not contain a NUL byte (\\x00): paths, "
+            "arguments and environment variables end at the first one");
 }
 
 TEST(SpecParserTest, ReportsEveryFailureHandlingErrorInFileOrder) {

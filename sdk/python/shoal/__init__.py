@@ -28,6 +28,7 @@ from .checkpoint import (Checkpointer, CheckpointStorage, LocalDirStorage, WebHd
                          checkpoint_name,
                          checkpoint_step)
 from .data import LeaseReply, Shard, lease, shards
+from .parquet import read_numpy, read_table
 from .errors import (AgentError, AgentTimeout, AgentUnavailable, LeaseLost, ShoalError)
 from .publish import PublishError, publish_model
 from .reports import checkpointed, progress, resumed
@@ -35,5 +36,6 @@ from .reports import checkpointed, progress, resumed
 __all__ = [
     "AgentError", "AgentTimeout", "AgentUnavailable", "CheckpointStorage", "Checkpointer",
     "LeaseLost", "LeaseReply", "LocalDirStorage", "PublishError", "WebHdfsStorage", "Shard", "ShoalError", "checkpoint_name",
-    "checkpoint_step", "checkpointed", "env", "lease", "progress", "publish_model", "resumed", "shards",
+    "checkpoint_step", "checkpointed", "env", "lease", "progress", "publish_model", "read_numpy", "read_table", "resumed",
+    "shards",
 ]

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from . import _client
+from . import _client, parquet
 from .errors import AgentError, AgentUnavailable, LeaseLost
 
 
@@ -39,6 +39,23 @@ class Shard:
             raise TypeError(f"shard {self.id} of epoch {self.epoch} is a file shard "
                             f"({self.file!r}), not an index range")
         return range(self.start, self.end)
+
+    def read_table(self, columns=None):
+        """The shard's Parquet file (a `dataset: {parquet: ...}` shard) as a pyarrow.Table with
+        only `columns` (None: all); memory-mapped when local, that file alone read through
+        WebHDFS when hdfs://. Needs pyarrow (Shoal's spark venv has it; shoal.parquet)."""
+        return parquet.read_table(self._parquet_file(), columns)
+
+    def read_numpy(self, columns=None):
+        """The shard's Parquet file as {column name: numpy array}; a list column of equal-length
+        rows (Spark's array<float>) is one 2-D array. See `read_table` and shoal.parquet."""
+        return parquet.read_numpy(self._parquet_file(), columns)
+
+    def _parquet_file(self):
+        if self.file is None:
+            raise TypeError(f"shard {self.id} of epoch {self.epoch} is an index range "
+                            f"[{self.start}, {self.end}), not a Parquet file")
+        return self.file
 
     def done(self, step):
         """Records that the shard's samples went into training up to and including `step`.
