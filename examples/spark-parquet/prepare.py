@@ -58,6 +58,8 @@ def main():
              .config("spark.driver.memory", args.driver_memory)
              .config("spark.executor.memory", "512m")
              .config("spark.ui.enabled", "false")
+             # Spark's progress bar redraws with carriage returns: noise in a log or a pipe.
+             .config("spark.ui.showConsoleProgress", str(sys.stderr.isatty()).lower())
              .getOrCreate())
     try:
         schema = T.StructType([T.StructField("pixels", T.ArrayType(T.FloatType()), False),
