@@ -77,8 +77,10 @@ void SdkRelay::OnRequest(uint64_t session, const v1::AgentMessage& message) {
       return fail(absl::StrCat("lease's wait must be true or false, got ", req["wait"].dump()));
     }
     bool wait = req.value("wait", true);
+    // The request id makes the call asked again (to a master that replaced a dead one) get the
+    // shard its first asking may have leased.
     auto result = shards->Lease(rec->Key(), rec->attempt, req["epoch"].get<uint32_t>(), wait,
-                                now, &records);
+                                now, &records, m.request_id());
     JournalShardRecords(records);
     if (!result.ok()) return fail(std::string(result.status().message()));
     reply(result->ToReply());
