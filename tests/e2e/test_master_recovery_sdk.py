@@ -124,11 +124,14 @@ def kill_master_after_the_calls(job_dir, out, relayed_first):
     e2e.wait_until(lambda: master_dead(old_master), 10, "the master to die")
 
 
-@pytest.mark.parametrize("relayed_first", [True, False],
-                         ids=["relayed-to-the-dying-master", "asked-while-no-master"])
+# How the calls meet the master's death, and who starts the new master: `shoal resume` for a
+# detached job, or the `shoal run` that follows the job (it notices its master is gone).
+@pytest.mark.parametrize("relayed_first,replacement", [
+    (True, "resume"), (False, "resume"), (True, "run")],
+    ids=["relayed-to-the-dying-master", "asked-while-no-master", "relayed-then-run-recovers"])
 def test_lease_and_done_are_answered_by_the_master_that_replaced_a_dead_one(
-        relayed_first, tmp_path, write_file, write_job, detach_job, run_shoal, jobs_dir,
-        wait_for_state):
+        relayed_first, replacement, tmp_path, write_file, write_job, detach_job, start_shoal,
+        run_shoal, jobs_dir, wait_for_state):
     write_file("worker.py", WORKER)
     out = tmp_path / "out"
     out.mkdir()
@@ -141,8 +144,13 @@ def test_lease_and_done_are_answered_by_the_master_that_replaced_a_dead_one(
             command: ["/usr/bin/python3", "worker.py", "{out}", "{EPOCHS}"]
             resources: {{cpus: 0.5}}
         """)
-    # The gap lasts as long as the test takes to start `shoal resume`: well within 20 s.
-    job_id = detach_job(job, env={"SHOAL_AGENT_MASTER_GRACE_MS": "20000"})
+    # The gap lasts until the new master is up: well within 20 s.
+    env = {"SHOAL_AGENT_MASTER_GRACE_MS": "20000"}
+    if replacement == "resume":
+        job_id = detach_job(job, env=env)
+    else:
+        client = start_shoal("run", job, env=env)
+        job_id = e2e.wait_for_job(jobs_dir, "recover-shards").name
     job_dir = jobs_dir / job_id
     status = wait_for_state(job_id, lambda s: len(s["tasks"]) == 2 and all(
         t["state"] == "running" for t in s["tasks"]), 60, "both workers running")
@@ -153,9 +161,14 @@ def test_lease_and_done_are_answered_by_the_master_that_replaced_a_dead_one(
     # worker:0 is about to send `done`, worker:1 `lease`, each after a `checkpointed`.
     kill_master_after_the_calls(job_dir, out, relayed_first)
 
-    r = run_shoal("resume", job_id, timeout=180)
-    assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr[-3000:]}"
-    assert "starting a new master" in r.stderr
+    if replacement == "resume":
+        r = run_shoal("resume", job_id, timeout=180)
+        assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr[-3000:]}"
+        assert "starting a new master" in r.stderr
+    else:
+        rc = client.wait(timeout=180)
+        assert rc == 0, f"rc={rc}\n{client.stderr()[-3000:]}"
+        assert "died; starting a new one from the job's journal" in client.stderr()
     log = (job_dir / "logs.txt").read_text(errors="replace")
     assert "AgentTimeout" not in log and "did not answer" not in log, log[-3000:]
     final = json.loads((job_dir / "status.json").read_text())
