@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "machine/free_ports.h"
+#include "agent/master_outbox.h"
 #include "agent/resource_sampler.h"
 #include "agent/task_directories.h"
 #include "agent/task_environment.h"
@@ -27,8 +28,9 @@
 
 namespace shoal::agent {
 
-// The agent's one stream to the master. Messages sent while the stream is down wait in a
-// bounded queue (exits and starts always; output only up to a limit) and go out on reconnect.
+// The agent's one stream to the master. Messages sent while the stream is down are held (exits
+// and starts always; output only up to a limit) and go out on reconnect, after the relayed SDK
+// calls that the previous master never answered (master_outbox.h).
 class MasterLink {
  public:
   MasterLink(std::string address, std::string token)
@@ -61,36 +63,42 @@ class MasterLink {
     return open_;
   }
 
-  // Writes now or queues for the next stream.
+  // Writes now or holds for the next stream (MasterOutbox says what is kept, and keeps relayed
+  // SDK calls until the master answers them).
   void Send(const v1::AgentMessage& message) {
     std::lock_guard<std::mutex> lock(mu_);
-    // Nothing may overtake the registration: until it is written, messages queue.
+    // Nothing may overtake the registration: until it is written, messages are held.
     if (open_ && registered_) {
-      if (stream_->Write(message)) return;
+      if (stream_->Write(message)) {
+        outbox_.Written(message);
+        return;
+      }
       open_ = false;
     }
-    bool is_log = message.kind_case() == v1::AgentMessage::kLog;
-    if (is_log && queued_log_bytes_ > kMaxQueuedLogBytes) return;
-    // Heartbeats and resource samples are about now: a late one is worth nothing.
-    if (message.kind_case() == v1::AgentMessage::kHeartbeat ||
-        message.kind_case() == v1::AgentMessage::kResources) {
-      return;
-    }
-    if (is_log) queued_log_bytes_ += message.log().data().size();
-    queued_.push_back(message);
+    outbox_.Hold(message);
   }
 
-  // Sends `first` (the registration), then everything queued while the link was down.
+  // Sends `first` (the registration), then the relayed calls no master answered and everything
+  // held while the link was down.
   bool SendFirstThenQueued(const v1::AgentMessage& first) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_ || !stream_->Write(first)) return false;
-    while (!queued_.empty()) {
-      if (!stream_->Write(queued_.front())) return false;
-      queued_.pop_front();
+    std::vector<v1::AgentMessage> pending = outbox_.TakeForNewStream();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      if (!stream_->Write(pending[i])) {
+        for (size_t j = i; j < pending.size(); ++j) outbox_.Hold(pending[j]);
+        return false;
+      }
+      outbox_.Written(pending[i]);
     }
-    queued_log_bytes_ = 0;
     registered_ = true;
     return true;
+  }
+
+  // The master answered relayed call `request_id`.
+  void Answered(uint64_t request_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.Answered(request_id);
   }
 
   // Blocks in the caller's thread; only one reader.
@@ -114,7 +122,6 @@ class MasterLink {
   }
 
  private:
-  static constexpr size_t kMaxQueuedLogBytes = 8 << 20;
   std::string address_;
   std::string token_;
   std::mutex mu_;
@@ -124,8 +131,7 @@ class MasterLink {
   std::unique_ptr<grpc::ClientContext> context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::MasterMessage>> stream_;
   bool open_ = false;
-  std::deque<v1::AgentMessage> queued_;
-  size_t queued_log_bytes_ = 0;
+  MasterOutbox outbox_;
 };
 
 namespace {
@@ -446,6 +452,7 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       break;
     }
     case v1::MasterMessage::kSdkReply:
+      link_->Answered(message.sdk_reply().request_id());
       sdk_->Reply(message.sdk_reply().request_id(), message.sdk_reply().json());
       break;
     case v1::MasterMessage::kShutdown:

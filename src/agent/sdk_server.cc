@@ -279,8 +279,11 @@ void SdkServer::HandleLine(int fd, const std::string& line) {
     }
     return;
   }
+  // Reports get a request id too, though the task wants no reply: the master's acknowledgement
+  // tells the agent that it need not send the report again to a master that replaced a dead
+  // one (master_outbox.h). No connection waits for it, so Reply drops it.
   if (op == "checkpointed") {
-    if (callbacks_.on_request) callbacks_.on_request(0, task, attempt, line);
+    if (callbacks_.on_request) callbacks_.on_request(next_request_++, task, attempt, line);
     return;
   }
   if (op == "published") {
@@ -291,7 +294,7 @@ void SdkServer::HandleLine(int fd, const std::string& line) {
                    std::string(publication.status().message()));
       return;
     }
-    if (callbacks_.on_request) callbacks_.on_request(0, task, attempt, line);
+    if (callbacks_.on_request) callbacks_.on_request(next_request_++, task, attempt, line);
     return;
   }
   if (op != "lease" && op != "done" && op != "resumed") {

@@ -18,8 +18,10 @@ namespace shoal::agent {
 
 struct SdkServerCallbacks {
   // All run on the server's own thread. A request the agent cannot answer itself (lease, done,
-  // resumed; checkpointed and published with request_id 0, no reply wanted), to relay to the
-  // master. A published report reaches it only once ParseModelPublication took it.
+  // resumed; checkpointed and published, whose task wants no reply), to relay to the master.
+  // Every one has a request id of its own, increasing; the master's reply to a report is only
+  // its acknowledgement, which Reply drops. A published report reaches it only once
+  // ParseModelPublication took it.
   std::function<void(uint64_t request_id, const std::string& task, uint32_t attempt,
                      const std::string& json_line)>
       on_request;

@@ -34,24 +34,27 @@ void SdkRelay::OnRequest(uint64_t session, const v1::AgentMessage& message) {
     return req[key].get<int64_t>();
   };
   ShardTable* shards = job_->shards.get();
+  // Reports want no reply, but one with a request id is acknowledged: until then its agent
+  // keeps it, to send again to the master that replaces this one should it die first.
   if (op == "checkpointed") {
     host_->Record(CheckpointReported{rec->Key(), step_of("step").value_or(0)});
     host_->Checkpointed();
-    return;
+    return reply({{"ok", true}});
   }
   if (op == "published") {
     // Checked again here: the master trusts no agent's JSON (an agent of another version, or
-    // a fuzzer, relays what it likes). No reply is wanted, so a refusal is the master's log.
+    // a fuzzer, relays what it likes). No task reads the reply, so a refusal is the master's
+    // log; the reply only acknowledges the report.
     auto publication = ParseModelPublication(req);
     if (!publication.ok()) {
       spdlog::warn("task {} attempt {}: refused a 'published' report: {}", rec->Key(),
                    rec->attempt, std::string(publication.status().message()));
-      return;
+      return fail(std::string(publication.status().message()));
     }
     host_->Record(ModelPublished{rec->Key(), publication->model, publication->version,
                                  publication->repository, publication->step,
                                  std::move(publication->metrics)});
-    return;
+    return reply({{"ok", true}});
   }
   if (op == "resumed") {
     int64_t step = step_of("step").value_or(0);
@@ -74,8 +77,10 @@ void SdkRelay::OnRequest(uint64_t session, const v1::AgentMessage& message) {
       return fail(absl::StrCat("lease's wait must be true or false, got ", req["wait"].dump()));
     }
     bool wait = req.value("wait", true);
+    // The request id makes the call asked again (to a master that replaced a dead one) get the
+    // shard its first asking may have leased.
     auto result = shards->Lease(rec->Key(), rec->attempt, req["epoch"].get<uint32_t>(), wait,
-                                now, &records);
+                                now, &records, m.request_id());
     JournalShardRecords(records);
     if (!result.ok()) return fail(std::string(result.status().message()));
     reply(result->ToReply());

@@ -124,7 +124,8 @@ ShardInfo ShardTable::Describe(uint32_t epoch, uint64_t shard) const {
 
 absl::StatusOr<LeaseResult> ShardTable::Lease(const std::string& task, uint32_t attempt,
                                               uint32_t epoch, bool wait, Clock::TimePoint now,
-                                              std::vector<nlohmann::json>* journal) {
+                                              std::vector<nlohmann::json>* journal,
+                                              uint64_t request) {
   if (num_shards_ == 0) {
     return absl::FailedPreconditionError("the job has no dataset to lease shards of");
   }
@@ -135,6 +136,17 @@ absl::StatusOr<LeaseResult> ShardTable::Lease(const std::string& task, uint32_t 
   }
   LeaseResult result;
   result.epoch = epoch;
+  if (auto held = leases_by_task_.find(task); request != 0 && held != leases_by_task_.end()) {
+    for (const Key& key : held->second) {
+      const LeaseEntry& lease = leases_.at(key);
+      if (lease.request == request && lease.attempt == attempt && key.first == epoch &&
+          lease.deadline > now) {
+        result.kind = LeaseResult::Kind::kShard;
+        result.shard = Describe(key.first, key.second);
+        return result;
+      }
+    }
+  }
   Epoch& e = epochs_[epoch];
   auto retry = [&] {
     result.kind = LeaseResult::Kind::kRetry;
@@ -165,12 +177,13 @@ absl::StatusOr<LeaseResult> ShardTable::Lease(const std::string& task, uint32_t 
   }
   Key key{epoch, shard};
   Clock::TimePoint deadline = now + dataset_.lease_timeout;
-  leases_[key] = LeaseEntry{task, attempt, deadline};
+  leases_[key] = LeaseEntry{task, attempt, deadline, request};
   leases_by_task_[task].insert(key);
   leases_by_deadline_.insert({deadline, key});
   ++e.leased;
   if (journal != nullptr) {
     journal->push_back(ShardRecord("shard_leased", epoch, shard, task, attempt));
+    if (request != 0) journal->back()["request"] = request;
   }
   result.kind = LeaseResult::Kind::kShard;
   result.shard = Describe(epoch, shard);
@@ -203,6 +216,13 @@ absl::Status ShardTable::Complete(const std::string& task, uint32_t attempt, uin
   }
   Epoch& e = epochs_[epoch];
   if (IsDone(e, shard)) {
+    // Live only: a journal holds each Done once.
+    if (auto last = last_done_.find(task);
+        now && last != last_done_.end() && last->second.attempt == attempt &&
+        last->second.epoch == epoch && last->second.shard == shard && last->second.step == step &&
+        e.done_step[shard] == step) {
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         Where(epoch, shard), " is already done (at step ", e.done_step[shard], ")"));
   }
@@ -236,6 +256,7 @@ absl::Status ShardTable::Complete(const std::string& task, uint32_t attempt, uin
   e.done_step[shard] = step;
   ++e.done;
   e.max_done_step = std::max(e.max_done_step, step);
+  last_done_[task] = LastDone{attempt, epoch, shard, step};
   if (journal != nullptr) {
     journal->push_back(ShardRecord("shard_done", epoch, shard, task, attempt));
     journal->back()["step"] = step;
@@ -348,6 +369,7 @@ absl::StatusOr<uint64_t> ShardTable::Resumed(int64_t step,
     e.max_done_step = std::min(e.max_done_step, step);
   }
   frozen_ = false;
+  last_done_.clear();  // the tasks that made them were restarted: no repeat is current
   RecomputeCurrentEpoch();
   Append(journal, {{"type", "shards_reopened"},
                    {"resumed_step", step},
@@ -455,7 +477,8 @@ absl::Status ShardTable::Apply(const nlohmann::json& record, Clock::TimePoint no
     if (shard >= num_shards_) return mismatch("no such shard");
     if (type == "shard_leased") {
       // The table hands out shards deterministically, so leasing again must give this shard.
-      absl::StatusOr<LeaseResult> got = Lease(task, attempt, epoch, true, now, nullptr);
+      uint64_t request = record.contains("request") ? WholeField<uint64_t>(record, "request") : 0;
+      absl::StatusOr<LeaseResult> got = Lease(task, attempt, epoch, true, now, nullptr, request);
       if (!got.ok()) return mismatch(std::string(got.status().message()));
       if (got->kind != LeaseResult::Kind::kShard || got->shard.id != shard) {
         return mismatch("the table would not lease that shard now");

@@ -78,8 +78,11 @@ struct EpochCounts {
 // like JobState. Every state change appends its journal record to `journal` (which may be
 // null, then records are dropped); Replay rebuilds the table from those records.
 //
-// Journal records (every field always present; `task` is "<role>:<index>"):
-//   {"type":"shard_leased",  "epoch":E,"shard":S,"task":T,"attempt":A}
+// Journal records (every field always present unless marked optional; `task` is
+// "<role>:<index>"):
+//   {"type":"shard_leased",  "epoch":E,"shard":S,"task":T,"attempt":A[,"request":R]}
+//       R (optional): the agent's number for the lease call, so that the call asked again gets
+//       the same shard (Lease).
 //   {"type":"shard_done",    "epoch":E,"shard":S,"task":T,"attempt":A,"step":N}
 //   {"type":"shard_returned","epoch":E,"shard":S,"task":T,"attempt":A,"reason":R}
 //       a lease went back to todo. R completes "the lease ... was lost: R", e.g.
@@ -125,17 +128,23 @@ class ShardTable {
   // exhausted, `wait` true answers retry while shards are leased (they may come back).
   // Between BeginRollback and Resumed every answer is retry. A task may hold several leases.
   // The caller checks that `attempt` is the task's current one.
+  // `request` (non-zero) names the call, as the agent that relayed it numbered it: the same
+  // call asked again (its agent sends it again to the master that replaced a dead one, which
+  // may have leased the shard and journaled it without answering) gets the same shard while
+  // that lease lives, and journals nothing.
   // Errors: FailedPrecondition when the dataset has no shards (no `dataset` section),
   // InvalidArgument for an epoch >= dataset.epochs.
   absl::StatusOr<LeaseResult> Lease(const std::string& task, uint32_t attempt, uint32_t epoch,
                                     bool wait, Clock::TimePoint now,
-                                    std::vector<nlohmann::json>* journal);
+                                    std::vector<nlohmann::json>* journal, uint64_t request = 0);
 
   // Records that `shard` of `epoch` went into training up to `step`. Only the holder of a live
   // lease (same task, same attempt, deadline not passed) may complete it, and only once:
   // otherwise FailedPrecondition, naming the shard, the epoch and why ("the lease on shard 3 of
   // epoch 0 was lost: it is leased to worker:2 now"), and the table is unchanged.
-  // InvalidArgument for an epoch, shard or step (negative) out of range.
+  // InvalidArgument for an epoch, shard or step (negative) out of range. The holder's last
+  // Done repeated (same attempt, shard and step: its agent sent it again to a new master, whose
+  // predecessor took it without answering) succeeds again and journals nothing.
   absl::Status Done(const std::string& task, uint32_t attempt, uint32_t epoch, uint64_t shard,
                     int64_t step, Clock::TimePoint now, std::vector<nlohmann::json>* journal);
 
@@ -191,6 +200,14 @@ class ShardTable {
     std::string task;
     uint32_t attempt = 0;
     Clock::TimePoint deadline{};
+    uint64_t request = 0;  // the lease call's number; 0: none given
+  };
+  // The last shard a task completed, to tell its Done repeated from a late one.
+  struct LastDone {
+    uint32_t attempt = 0;
+    uint32_t epoch = 0;
+    uint64_t shard = 0;
+    int64_t step = 0;
   };
   struct Returned {
     std::string task;
@@ -229,6 +246,7 @@ class ShardTable {
   std::vector<Epoch> epochs_;
   std::map<Key, LeaseEntry> leases_;
   std::map<std::string, std::set<Key>> leases_by_task_;
+  std::map<std::string, LastDone> last_done_;  // by task
   std::set<std::pair<Clock::TimePoint, Key>> leases_by_deadline_;
 };
 

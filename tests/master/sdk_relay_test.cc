@@ -51,8 +51,9 @@ roles:
         host_(&job_),
         relay_(&job_, &host_, &clock_) {}
 
-  void Relay(const std::string& json, uint32_t attempt = 0) {
+  void Relay(const std::string& json, uint32_t attempt = 0, uint64_t request_id = 0) {
     v1::AgentMessage m;
+    m.mutable_sdk()->set_request_id(request_id);
     m.mutable_sdk()->mutable_task()->set_role("trainer");
     m.mutable_sdk()->mutable_task()->set_index(0);
     m.mutable_sdk()->mutable_task()->set_attempt(attempt);
@@ -99,6 +100,21 @@ TEST_F(SdkRelayPublishedTest, AReportTheMasterWouldNotTakeRecordsNothing) {
   Relay(R"({"op":"published","model":"mlp","version":7,"repository":"/r"})", /*attempt=*/3);
   EXPECT_TRUE(host_.records.empty());
   EXPECT_FALSE(job_.last_publication.has_value());
+}
+
+// The agent keeps a relayed report until the master acknowledges it, to send it again to the
+// master that replaces a dead one (agent/master_outbox.h): every report with a request id gets
+// an answer, taken or refused.
+TEST_F(SdkRelayPublishedTest, ReportsWithARequestIdAreAcknowledged) {
+  Relay(R"({"op":"checkpointed","task":"trainer:0","attempt":0,"step":40})", 0, /*request_id=*/5);
+  Relay(R"({"op":"published","model":"mlp","version":7,"repository":"/r"})", 0, 6);
+  Relay(R"({"op":"published","model":"../x","version":7,"repository":"/r"})", 0, 7);
+  ASSERT_EQ(host_.replies.size(), 3u);
+  EXPECT_EQ(host_.replies[0], std::make_pair(uint64_t{5}, nlohmann::json{{"ok", true}}));
+  EXPECT_EQ(host_.replies[1], std::make_pair(uint64_t{6}, nlohmann::json{{"ok", true}}));
+  EXPECT_EQ(host_.replies[2].first, 7u);
+  EXPECT_EQ(host_.replies[2].second["ok"], false);
+  EXPECT_EQ(host_.records.size(), 2u) << "the checkpoint and the good publication";
 }
 
 }  // namespace

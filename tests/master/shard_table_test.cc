@@ -182,15 +182,64 @@ TEST(ShardTableTest, DoneIsRecordedExactlyOnce) {
   LeaseShard(t, "worker:1", 0, kT0);
   std::vector<Json> journal;
   ASSERT_TRUE(t.Done("worker:1", 0, 0, 0, 7, kT0, &journal).ok());
-  absl::Status s = t.Done("worker:1", 0, 0, 0, 7, kT0, &journal);
+  absl::Status s = t.Done("worker:1", 0, 0, 0, 8, kT0, &journal);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("shard 0 of epoch 0 is already done (at step 7)"));
+  EXPECT_EQ(t.Done("worker:2", 0, 0, 0, 7, kT0, &journal).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(journal.size(), 1u);
   EXPECT_EQ(t.Counts(0).done, 1u);
   EXPECT_EQ(t.Done("worker:1", 0, 0, 9, 7, kT0, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(t.Done("worker:1", 0, 3, 0, 7, kT0, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A master that journaled a Done and died before answering: the agent asks its replacement
+// again, and the holder must hear that its shard is done, not that its lease was lost (it would
+// then treat a shard the journal counts as done as not processed).
+TEST(ShardTableTest, TheHoldersLastDoneAskedAgainSucceedsAndJournalsNothing) {
+  std::vector<Json> journal;
+  ShardTable t(Ranges(300, 100));
+  LeaseShard(t, "worker:1", 0, kT0, &journal, /*attempt=*/2);
+  ASSERT_TRUE(t.Done("worker:1", 2, 0, 0, 7, kT0, &journal).ok());
+  absl::StatusOr<ShardTable> replayed = ShardTable::Replay(t.dataset(), journal, kT0);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_TRUE(replayed->Done("worker:1", 2, 0, 0, 7, kT0 + seconds(1), &journal).ok());
+  EXPECT_EQ(journal.size(), 2u);
+  EXPECT_EQ(replayed->Counts(0).done, 1u);
+  // Not for another attempt, nor once the task completed another shard.
+  EXPECT_FALSE(replayed->Done("worker:1", 3, 0, 0, 7, kT0, nullptr).ok());
+  LeaseShard(*replayed, "worker:1", 0, kT0, nullptr, 2);
+  ASSERT_TRUE(replayed->Done("worker:1", 2, 0, 1, 9, kT0, nullptr).ok());
+  EXPECT_FALSE(replayed->Done("worker:1", 2, 0, 0, 7, kT0, nullptr).ok());
+}
+
+// A master that leased a shard, journaled it and died before answering: the agent asks its
+// replacement again with the same request id, and the task gets that shard, not a second one.
+TEST(ShardTableTest, ALeaseAskedAgainGetsTheShardItsFirstAskingLeased) {
+  std::vector<Json> journal;
+  ShardTable t(Ranges(300, 100));
+  auto lease = [](ShardTable& table, uint64_t request, Clock::TimePoint now,
+                  std::vector<Json>* records) {
+    absl::StatusOr<LeaseResult> r = table.Lease("worker:0", 1, 0, true, now, records, request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->kind, Kind::kShard);
+    return r->shard.id;
+  };
+  ASSERT_EQ(lease(t, 41, kT0, &journal), 0u);
+  ASSERT_EQ(journal.size(), 1u);
+  EXPECT_EQ(journal[0]["request"], 41);
+  absl::StatusOr<ShardTable> replayed = ShardTable::Replay(t.dataset(), journal, kT0);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  EXPECT_EQ(lease(*replayed, 41, kT0 + seconds(1), &journal), 0u);
+  EXPECT_EQ(journal.size(), 1u) << "nothing new to journal";
+  EXPECT_EQ(replayed->num_leases(), 1u);
+  // Another call gets the next shard; so does the same call once its lease is lost.
+  EXPECT_EQ(lease(*replayed, 42, kT0 + seconds(1), &journal), 1u);
+  EXPECT_EQ(lease(*replayed, 41, kT0 + seconds(61), &journal), 2u);
+  // Without a request id (an older agent) every call is a new one.
+  EXPECT_EQ(LeaseShard(t, "worker:0", 0, kT0, nullptr, 1), 1u);
 }
 
 TEST(ShardTableTest, DoneAfterDeadlineIsRefusedEvenBeforeExpiry) {
