@@ -170,12 +170,19 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
   if (log < 0) {
     return absl::InternalError(absl::StrCat("cannot open ", log_path, ": ", std::strerror(errno)));
   }
-  int out[2];
+  int out[2], in[2];
   if (::pipe2(out, O_CLOEXEC) != 0) {
     ::close(log);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    ::close(log);
+    ::close(out[0]);
+    ::close(out[1]);
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
   process::ChildSetup setup;
+  setup.stdin_fd = in[0];
   setup.stdout_fd = out[1];
   setup.stderr_fd = log;
   // The driver (and the application with it) ends with the master: nothing of the job may
@@ -183,9 +190,11 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
   setup.die_with_parent = true;
   auto child = process::SystemLauncher().Launch(*plan, setup);
   ::close(out[1]);
+  ::close(in[0]);
   ::close(log);
   if (!child.ok()) {
     ::close(out[0]);
+    ::close(in[1]);
     return child.status();
   }
   spdlog::info("started the Spark driver for {} (pid {}, master {}, log {})", ApplicationName(),
@@ -193,6 +202,7 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
   {
     absl::MutexLock lock(&mu_);
     driver_pid_ = child->pid;
+    driver_stdin_ = in[1];
   }
   int read_fd = out[0];
   watcher_ = std::thread([this, read_fd] { Watch(read_fd); });
@@ -306,13 +316,19 @@ void SparkBackend::HandleEvent(const nlohmann::json& event) {
                                    places_.size(), " tasks run (stage attempt ", attempt, ")");
     spdlog::info("{}", why);
     if (first && on_event) on_event({AllocationEvent::kAllocated, why});
-  } else if (kind == "attempt_failed") {
-    // Spark failed the whole stage attempt and kills every barrier task of it, with their
-    // agents: every place is lost. Spark then retries the stage as a whole, which starts an
-    // agent for every place again (ReplacePlace).
-    LoseAll(absl::StrCat("Spark failed barrier stage attempt ", event.value("attempt", 0),
-                         " (", event.value("reason", ""),
-                         "); Spark kills every task of the attempt and retries the stage"));
+  } else if (kind == "agent_started") {
+    spdlog::info("Spark barrier task on {} started the agent for {} (stage attempt {})",
+                 event.value("host", ""), event.value("place", ""), event.value("attempt", 0));
+  } else if (kind == "place_lost") {
+    std::string place = event.value("place", "");
+    std::string why = event.value("reason", "");
+    PlaceLostCallback on_lost;
+    {
+      absl::MutexLock lock(&mu_);
+      on_lost = on_lost_;
+    }
+    spdlog::warn("place {} lost: {}", place, why);
+    if (on_lost) on_lost(place, why);
   } else if (kind == "finished") {
     absl::MutexLock lock(&mu_);
     finished_ = true;
@@ -343,23 +359,32 @@ void SparkBackend::SetAllocationEventCallback(AllocationEventCallback callback) 
   on_event_ = std::move(callback);
 }
 
+void SparkBackend::Command(const std::string& line) {
+  if (driver_stdin_ < 0) return;
+  std::string text = line + "\n";
+  // A few bytes to a pipe the driver reads all the time: never blocks for long.
+  if (::write(driver_stdin_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    spdlog::warn("cannot tell the Spark driver '{}': {}", line, std::strerror(errno));
+  }
+}
+
 void SparkBackend::TerminatePlace(const std::string& node) {
-  // Spark offers no way to end one task of a running barrier stage from the driver's Python
-  // side; the place's agent ends itself through its watchdog (--watchdog-ms) a heartbeat after
-  // the master gave up on it, its barrier task fails, and Spark retries the stage.
-  spdlog::info("place {}: its agent ends through its watchdog", node);
+  // The place's barrier task stops its agent (SIGTERM, then SIGKILL) and stays, waiting to
+  // start a new one if the place is replaced.
+  absl::MutexLock lock(&mu_);
+  Command("terminate " + node);
 }
 
 absl::Status SparkBackend::ReplacePlace(const std::string& node, const AgentStartOptions&) {
   absl::MutexLock lock(&mu_);
-  if (driver_exited_ || finished_) {
+  if (driver_exited_ || finished_ || driver_stdin_ < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the Spark application ", ApplicationName(), " has ended",
         finish_reason_.empty() ? "" : ": " + finish_reason_));
   }
-  // Nothing to ask: Spark's retry of the failed stage attempt starts an agent for every place
-  // (a barrier stage cannot grow by one task). A place the master does not wait for refuses
-  // its new agent, which then exits 0 and completes its barrier task.
+  // The place's barrier task starts a new agent; if the task itself is gone (its executor was
+  // lost, and Spark failed the stage attempt), the task of Spark's retried attempt does.
+  Command("replace " + node);
   return absl::OkStatus();
 }
 
@@ -379,9 +404,9 @@ void SparkBackend::Release() {
     // the barrier tasks' Python workers, and the agents with them) and stops the application.
     absl::MutexLock lock(&mu_);
     if (!mu_.AwaitWithTimeout(absl::Condition(&exited), absl::Seconds(5))) {
-      ::kill(pid, SIGTERM);
+      Command("end");
       if (!mu_.AwaitWithTimeout(absl::Condition(&exited), absl::FromChrono(options_.stop_grace))) {
-        spdlog::warn("the Spark driver (pid {}) has not ended {}s after SIGTERM; killing it", pid,
+        spdlog::warn("the Spark driver (pid {}) has not ended {}s after it was told to end; killing it", pid,
                      absl::ToInt64Seconds(absl::FromChrono(options_.stop_grace)));
         // Its process group: the driver's JVM too, which then stops the application.
         ::kill(-pid, SIGKILL);
@@ -389,6 +414,9 @@ void SparkBackend::Release() {
     }
   }
   if (watcher_.joinable()) watcher_.join();
+  absl::MutexLock lock(&mu_);
+  if (driver_stdin_ >= 0) ::close(driver_stdin_);
+  driver_stdin_ = -1;
 }
 
 }  // namespace shoal::backends

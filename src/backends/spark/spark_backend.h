@@ -73,6 +73,8 @@ class SparkBackend final : public Backend {
   void Watch(int stdout_fd);
   void HandleEvent(const nlohmann::json& event);
   void LoseAll(const std::string& why);
+  // One line to the driver's stdin: "replace PLACE", "terminate PLACE" or "end".
+  void Command(const std::string& line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SparkBackendOptions options_;
   spec::JobSpec job_;
@@ -82,6 +84,7 @@ class SparkBackend final : public Backend {
 
   mutable absl::Mutex mu_;
   pid_t driver_pid_ ABSL_GUARDED_BY(mu_) = -1;
+  int driver_stdin_ ABSL_GUARDED_BY(mu_) = -1;  // where commands go; -1 once closed
   bool driver_exited_ ABSL_GUARDED_BY(mu_) = false;
   int driver_status_ ABSL_GUARDED_BY(mu_) = -1;
   std::string app_id_ ABSL_GUARDED_BY(mu_);
