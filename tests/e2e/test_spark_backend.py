@@ -195,7 +195,7 @@ def test_killing_a_task_process_under_restart_group_recovers(start_shoal, write_
         roles:
           worker:
             instances: 2
-            command: ["/bin/sh", "-c", "if [ -e {marker} ]; then echo resumed; else [ $SHOAL_TASK_INDEX = 0 ] && touch {marker}; sleep 300; fi"]
+            command: ["/bin/sh", "-c", "if [ -e {marker} ]; then echo resumed; else [ $SHOAL_INDEX = 0 ] && touch {marker}; sleep 300; fi"]
             resources: {{cpus: 1, memory: 128MiB}}
         spark: {{executor_memory: 512m}}
         """)
@@ -227,7 +227,7 @@ def test_a_killed_agent_is_one_lost_place_replaced_in_the_running_stage(
         roles:
           worker:
             instances: 2
-            command: ["/bin/sh", "-c", "if [ $SHOAL_TASK_INDEX = 1 ]; then sleep 8; echo other-done; elif [ -e {marker} ]; then echo resumed; else touch {marker}; sleep 300; fi"]
+            command: ["/bin/sh", "-c", "if [ $SHOAL_INDEX = 1 ]; then sleep 8; echo other-done; elif [ -e {marker} ]; then echo resumed; else touch {marker}; sleep 300; fi"]
             resources: {{cpus: 1, memory: 128MiB}}
         spark: {{executor_memory: 512m}}
         """)
@@ -308,16 +308,16 @@ def test_bad_spark_settings_are_refused_before_anything_starts(run_shoal, write_
         ([], job, no_master, "--backend spark needs the Spark master"),
         ([], job, {**spark_env, "SHOAL_SPARK_PYTHON": "/usr/bin/python3"},
          "cannot import pyspark with /usr/bin/python3"),
-        ([], bad_file, spark_env, "bad.yaml:6: spark.executor_memory: must be a Spark memory "
+        ([], bad_file, spark_env, "bad.yaml:5: spark.executor_memory: must be a Spark memory "
                                   "size, e.g. 512m or 1g, got 'lots'"),
-        ([], bad_file, spark_env, "bad.yaml:7: spark.conf.spark.master: is the section's own"),
+        ([], bad_file, spark_env, "bad.yaml:6: spark.conf.spark.master: is the section's own"),
     ]
     for flags, job_file, env, message in cases:
         r = run_shoal("run", "--backend", "spark", *flags, job_file, timeout=60, env=env)
         assert r.returncode == 2, f"{flags}: {fail_message(r)}"
         assert message in r.stderr, f"{flags}: {r.stderr}"
     r = run_shoal("run", "--spark-master", cluster["SHOAL_SPARK_MASTER"], job, timeout=30)
-    assert r.returncode == 2 and "need --backend spark" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--spark-master needs --backend spark" in r.stderr, r.stderr
     # A bad `spark:` section is refused whatever the backend.
     r = run_shoal("run", bad_file, timeout=30)
     assert r.returncode == 2 and "spark.executor_memory" in r.stderr, r.stderr

@@ -64,6 +64,8 @@ std::map<std::string, std::string> SparkBackend::SparkProperties(
   std::map<std::string, std::string> conf;
   conf["spark.submit.deployMode"] = "client";
   conf["spark.ui.showConsoleProgress"] = "false";
+  // The driver runs one small stage and shuttles a few messages: Spark's default 1g is waste.
+  conf["spark.driver.memory"] = "512m";
   // Every barrier task is one place: as big as the biggest task of the job (Spark gives all
   // tasks of a stage the same size).
   uint32_t task_cpus = TaskCpus(job);
