@@ -254,6 +254,98 @@ def test_a_killed_agent_is_one_lost_place_replaced_in_the_running_stage(
     assert replaced and replaced[0]["ok"], replaced
 
 
+def executor_of(pid):
+    """The executor JVM that `pid` descends from (a barrier task's agent: agent <- Python
+    worker <- Python daemon <- executor), or None."""
+    while pid > 1:
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read()
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            return None
+        if b"CoarseGrainedExecutorBackend" in argv:
+            return pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return None
+
+
+def test_a_lost_executor_fails_the_stage_attempt_and_spark_retries_the_gang(
+        start_shoal, write_job, jobs_dir, cluster, spark_env, tmp_path):
+    # Each task's first attempt leaves a marker and waits; its restart sees it and ends.
+    job = write_job(f"""
+        name: spark-executor-lost
+        on_failure: restart-task
+        max_restarts: 2
+        backoff: {{initial: 100ms, max: 100ms}}
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "if [ -e {tmp_path}/ran-$SHOAL_INDEX ]; then echo resumed; else touch {tmp_path}/ran-$SHOAL_INDEX; sleep 300; fi"]
+            resources: {{cpus: 1, memory: 128MiB}}
+        spark: {{executor_memory: 512m}}
+        """)
+    client = start_shoal("run", "--backend", "spark", job, env=spark_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    e2e.wait_until(lambda: (tmp_path / "ran-0").exists() and (tmp_path / "ran-1").exists(), 240,
+                   "both first attempts to start")
+    agents = e2e.wait_until(lambda: len(agent_processes(job_dir)) == 2 and agent_processes(job_dir),
+                            30, "both agents")
+    executor = executor_of(agents[0])
+    assert executor is not None, "no executor JVM above the agent"
+    # The executor's JVM dies as a machine's would: Spark fails the barrier stage attempt, kills
+    # its other task, and retries the whole stage; Shoal restarts both tasks in the new agents.
+    os.kill(executor, signal.SIGKILL)
+    rc = client.wait(300)
+    assert rc == 0, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
+    out = client.stdout().splitlines()
+    assert out.count("worker:0 | resumed") == 1 and out.count("worker:1 | resumed") == 1, \
+        client.stdout()
+    events = e2e.read_events(job_dir)
+    lost = {e["node"] for e in e2e.events_of(events, "place_lost")}
+    assert lost == {"worker.0", "worker.1"}, e2e.events_of(events, "place_lost")
+    replaced = e2e.events_of(events, "place_replacing")
+    assert replaced and all(e["ok"] for e in replaced), replaced
+    registered = [e["node"] for e in e2e.events_of(events, "agent_registered")]
+    assert sorted(registered) == ["worker.0", "worker.0", "worker.1", "worker.1"], registered
+
+
+def test_when_spark_retries_no_more_the_job_fails_with_sparks_reason(
+        start_shoal, write_job, jobs_dir, cluster, spark_env, tmp_path):
+    # One stage attempt only: a lost executor ends the application. The master asks to replace
+    # the lost places after the driver has gone; that must fail the tasks with Spark's reason,
+    # not take the master down with it (a write to the dead driver's stdin raised SIGPIPE).
+    job = write_job(f"""
+        name: spark-no-retry
+        on_failure: restart-task
+        max_restarts: 2
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "touch {tmp_path}/ran-$SHOAL_INDEX; sleep 300"]
+            resources: {{cpus: 1, memory: 128MiB}}
+        spark:
+          executor_memory: 512m
+          conf: {{spark.stage.maxConsecutiveAttempts: "1"}}
+        """)
+    client = start_shoal("run", "--backend", "spark", job, env=spark_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    e2e.wait_until(lambda: (tmp_path / "ran-0").exists() and (tmp_path / "ran-1").exists(), 240,
+                   "both tasks to start")
+    agents = e2e.wait_until(lambda: len(agent_processes(job_dir)) == 2 and agent_processes(job_dir),
+                            30, "both agents")
+    os.kill(executor_of(agents[0]), signal.SIGKILL)
+    rc = client.wait(180)
+    assert rc == 1, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
+    out = client.stderr()
+    assert "died" not in out, out
+    assert f"killed: the Spark application shoal-{job_dir.name} ended: Job aborted due to " \
+           "stage failure" in out, out
+    assert "has failed the maximum allowable number of times: 1" in out, out
+    app_id = application_of(job_dir)["application_id"]
+    e2e.wait_until(lambda: not processes_of_application(app_id), 60,
+                   "every executor-side process of the application to end")
+
+
 def test_ctrl_c_ends_the_application_and_leaves_no_process(start_shoal, write_job, jobs_dir,
                                                            cluster, spark_env):
     job = write_job("""
