@@ -346,8 +346,9 @@ def test_when_spark_retries_no_more_the_job_fails_with_sparks_reason(
                    "every executor-side process of the application to end")
 
 
-def test_ctrl_c_ends_the_application_and_leaves_no_process(start_shoal, write_job, jobs_dir,
-                                                           cluster, spark_env):
+@pytest.mark.parametrize("how", ["ctrl-c", "shoal kill"])
+def test_ctrl_c_ends_the_application_and_leaves_no_process(how, start_shoal, run_shoal, write_job,
+                                                           jobs_dir, cluster, spark_env):
     job = write_job("""
         name: spark-interrupt
         roles:
@@ -363,7 +364,11 @@ def test_ctrl_c_ends_the_application_and_leaves_no_process(start_shoal, write_jo
     e2e.wait_until(lambda: len(e2e.task_processes(job_id)) >= 2, 240, "both tasks to run")
     app_id = application_of(job_dir)["application_id"]
     assert [a for a in active_apps(cluster) if a["id"] == app_id]
-    os.killpg(client.pid, signal.SIGINT)
+    if how == "ctrl-c":
+        os.killpg(client.pid, signal.SIGINT)
+    else:
+        r = run_shoal("kill", job_id, timeout=60)
+        assert r.returncode == 0, fail_message(r)
     rc = client.wait(120)
     assert rc != 0, client.stdout()
     e2e.wait_until(lambda: not [a for a in active_apps(cluster) if a["id"] == app_id], 60,
