@@ -49,6 +49,16 @@ TEST(SparkSectionTest, AcceptsEveryKindOfMaster) {
   }
 }
 
+// A job file's values may be long; a recursive matcher (std::regex) overflowed the stack.
+TEST(SparkSectionTest, LongValuesAreCheckedWithoutRecursion) {
+  std::string digits(2'000'000, '1');
+  EXPECT_FALSE(IsSparkMemory(digits + "m"));
+  EXPECT_FALSE(IsSparkMaster("local-cluster[" + digits + ",1,1]"));
+  EXPECT_TRUE(IsSparkMemory("512m") && IsSparkMemory("2G") && IsSparkMemory("1024kb"));
+  EXPECT_FALSE(IsSparkMemory("0") || IsSparkMemory("1x") || IsSparkMemory("m") ||
+               IsSparkMemory("1mbb"));
+}
+
 TEST(SparkSectionTest, EachBadKeyIsNamedWithItsLine) {
   auto job = Parse("{master: \"spark//h:7077\"}");
   ASSERT_FALSE(job.ok());
