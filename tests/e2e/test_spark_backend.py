@@ -162,6 +162,31 @@ def test_gpus_spark_assigned_reach_the_tasks(run_shoal, write_job, jobs_dir, clu
         seen
 
 
+def test_the_binary_can_travel_with_the_application(run_shoal, write_job, jobs_dir, cluster,
+                                                   spark_env, shoal_bin):
+    # What a cluster without this machine's files gets (SparkContext.addFile): forced here.
+    job = write_job("""
+        name: spark-ship
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "tr '\\\\0' ' ' < /proc/$PPID/cmdline; echo"]
+            resources: {cpus: 1, memory: 128MiB}
+        spark: {executor_memory: 512m}
+        """)
+    r = run_shoal("run", "--backend", "spark", job, timeout=300,
+                  env={**spark_env, "SHOAL_SPARK_SHIP_BINARY": "1"})
+    assert r.returncode == 0, fail_message(r)
+    settings = json.loads((only_job_dir(jobs_dir) / "agents" / "spark" / "driver.json").read_text())
+    assert settings["ship_binary"] is True, settings
+    # The tasks' parent is their agent: started from the executor's copy, not from here.
+    agents = [l.split(" | ", 1)[1] for l in r.stdout.splitlines() if " agent --node " in l]
+    assert len(agents) == 2, r.stdout
+    for argv in agents:
+        binary = argv.split()[0]
+        assert binary != str(shoal_bin) and binary.startswith(str(SPARK_DIR / "work")), argv
+
+
 @pytest.mark.skipif(not os.access(TF_PYTHON, os.X_OK), reason=f"no {TF_PYTHON}")
 def test_tensorflow_mwms_trains_to_its_threshold(run_shoal, write_job, repo_root, cluster,
                                                 spark_env):

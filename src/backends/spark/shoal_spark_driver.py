@@ -55,6 +55,9 @@ def make_place_runner(settings, token, driver_address, key):
         import signal
         import socket
         import subprocess
+        import sys
+        import threading
+        import time
         from pyspark import BarrierTaskContext, SparkFiles
 
         context = BarrierTaskContext.get()
@@ -95,7 +98,28 @@ def make_place_runner(settings, token, driver_address, key):
 
         send(key=key, place=place["name"], attempt=attempt, host=host)
         agent, buffered, ended = None, b"", False
-        started = 0
+        started, refusals = 0, 0
+        refused = threading.Event()
+
+        def relay(stream):
+            # The agent's log goes on to the executor's stderr; a refusal by the master is
+            # noted: after Spark's retry of the stage, a new agent may register before the
+            # master has seen the old one of its place go ("already registered").
+            for raw in stream:
+                if b"the master refused this agent" in raw:
+                    refused.set()
+                sys.stderr.buffer.write(raw)
+                sys.stderr.flush()
+
+        def start_agent():
+            refused.clear()
+            process = subprocess.Popen(argv, env=env, cwd=work_dir, preexec_fn=die_with_task,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT)
+            relay_thread = threading.Thread(target=relay, args=(process.stdout,), daemon=True)
+            relay_thread.start()
+            process.relay_thread = relay_thread
+            return process
 
         def stop_agent():
             if agent is not None and agent.poll() is None:
@@ -119,9 +143,7 @@ def make_place_runner(settings, token, driver_address, key):
                     line, buffered = buffered.split(b"\n", 1)
                     command = line.decode().strip()
                     if command == "start" and (agent is None or agent.poll() is not None):
-                        agent = subprocess.Popen(argv, env=env, cwd=work_dir,
-                                                 preexec_fn=die_with_task,
-                                                 stdin=subprocess.DEVNULL)
+                        agent = start_agent()
                         started += 1
                         send(event="agent_started", pid=agent.pid)
                     elif command == "terminate":
@@ -130,6 +152,14 @@ def make_place_runner(settings, token, driver_address, key):
                         ended = True
                 if agent is not None and agent.poll() is not None:
                     rc = agent.returncode
+                    agent.relay_thread.join(timeout=5)
+                    if rc == 0 and refused.is_set() and refusals < 60:
+                        # Refused while the master still held the place's previous agent: the
+                        # place was asked for, so ask again once that agent is gone.
+                        refusals += 1
+                        time.sleep(1)
+                        agent = start_agent()
+                        continue
                     agent = None
                     send(event="agent_exited", status=rc)
                     if rc == 0:

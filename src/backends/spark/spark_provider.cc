@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,15 @@ bool SharesThisFilesystem(const std::string& master) {
     if (!common::IsLoopbackHost(host)) return false;
   }
   return true;
+}
+
+// Whether the agents' binary travels with the application: where the executors cannot see
+// this machine's files, or when SHOAL_SPARK_SHIP_BINARY=1 says so (0: never).
+bool ShipBinary(const std::string& master) {
+  const char* env = std::getenv("SHOAL_SPARK_SHIP_BINARY");
+  if (env != nullptr && std::string_view(env) == "1") return true;
+  if (env != nullptr && std::string_view(env) == "0") return false;
+  return !SharesThisFilesystem(master);
 }
 
 }  // namespace
@@ -211,7 +221,7 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
                   {"executor_memory", section.executor_memory},
                   {"executor_cores", section.executor_cores},
                   {"conf", conf},
-                  {"ship_binary", !SharesThisFilesystem(*master)}};
+                  {"ship_binary", ShipBinary(*master)}};
   return out;
 }
 
