@@ -9,6 +9,7 @@
 #include "backends/kubernetes/kubernetes_provider.h"
 #include "backends/local/local_provider.h"
 #include "backends/slurm/slurm_provider.h"
+#include "backends/spark/spark_provider.h"
 #include "backends/yarn/yarn_provider.h"
 
 namespace shoal::cli {
@@ -30,6 +31,7 @@ backends::BackendRegistry Build() {
   Register(registry, std::make_unique<backends::SlurmProvider>());
   Register(registry, std::make_unique<backends::YarnProvider>());
   Register(registry, std::make_unique<backends::KubernetesProvider>());
+  Register(registry, std::make_unique<backends::SparkProvider>());
   return registry;
 }
 

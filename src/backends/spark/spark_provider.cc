@@ -1,0 +1,245 @@
+#include "backends/spark/spark_provider.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "backends/spark/spark_backend.h"
+#include "backends/spark/spark_section.h"
+#include "common/local_address.h"
+#include "process/exec_plan.h"
+#include "process/process.h"
+#include "process/process_launcher.h"
+
+namespace shoal::backends {
+namespace {
+
+// Whether something accepts TCP connections at host:port within `timeout_ms`.
+absl::Status Connects(const std::string& host, const std::string& port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rc)));
+  }
+  std::string last = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, timeout_ms) == 1 ? 0 : -1;
+      int error = 0;
+      socklen_t len = sizeof error;
+      if (rc == 0 && (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0)) {
+        errno = error;
+        rc = -1;
+      } else if (rc != 0) {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      ::close(fd);
+      ::freeaddrinfo(found);
+      return absl::OkStatus();
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", last));
+}
+
+// Runs `python -c 'import pyspark'`: what it printed when it fails.
+absl::Status CanImportPyspark(const std::string& python) {
+  if (::access(python.c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("no Python at ", python, ": ", std::strerror(errno)));
+  }
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
+  process::ProcessSpec spec;
+  spec.key = "pyspark-check";
+  spec.argv = {python, "-c", "import pyspark"};
+  spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
+  process::ChildSetup setup;
+  setup.stdout_fd = setup.stderr_fd = out[1];
+  setup.grouping = process::Grouping::kCallersGroup;
+  auto child = process::SystemLauncher().Start(spec, setup);
+  ::close(out[1]);
+  if (!child.ok()) {
+    ::close(out[0]);
+    return child.status();
+  }
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  std::string said(absl::StripAsciiWhitespace(text));
+  size_t last_line = said.rfind('\n');
+  if (last_line != std::string::npos) said = said.substr(last_line + 1);
+  return absl::FailedPreconditionError(said.empty() ? "it failed" : said);
+}
+
+// Whether executors started by `master` see this machine's filesystem: a standalone master on
+// this machine's loopback, or local-cluster (its workers are processes of this machine).
+bool SharesThisFilesystem(const std::string& master) {
+  if (absl::StartsWith(master, "local-cluster[")) return true;
+  auto addresses = SparkStandaloneAddresses(master);
+  if (addresses.empty()) return false;
+  for (const auto& [host, port] : addresses) {
+    if (!common::IsLoopbackHost(host)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string SparkPython() {
+  const char* env = std::getenv("SHOAL_SPARK_PYTHON");
+  if (env != nullptr && *env != '\0') return env;
+  return SHOAL_DEFAULT_SPARK_PYTHON;
+}
+
+std::vector<RunFlag> SparkProvider::Flags() const {
+  return {{"--spark-master",
+           "Spark master URL: spark://HOST:PORT, yarn, local-cluster[N,C,M] or k8s://... "
+           "(spark.master; default $SHOAL_SPARK_MASTER)"}};
+}
+
+std::optional<spec::JobSection> SparkProvider::JobSection() const { return SparkJobSection(); }
+
+absl::StatusOr<std::string> SparkMasterFor(const spec::JobSpec& job,
+                                           const std::map<std::string, std::string>& flags) {
+  if (auto it = flags.find("--spark-master"); it != flags.end()) {
+    if (!IsSparkMaster(it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid flag: --spark-master: must be ",
+                                                     kSparkMasterForm, ", got ",
+                                                     spec::DescribeText(it->second)));
+    }
+    return it->second;
+  }
+  const SparkConfig& section = SparkConfigOf(job);
+  if (!section.master.empty()) return section.master;
+  const char* env = std::getenv("SHOAL_SPARK_MASTER");
+  if (env != nullptr && *env != '\0') {
+    if (!IsSparkMaster(env)) {
+      return absl::InvalidArgumentError(absl::StrCat("SHOAL_SPARK_MASTER: must be ",
+                                                     kSparkMasterForm, ", got ",
+                                                     spec::DescribeText(env)));
+    }
+    return std::string(env);
+  }
+  return absl::InvalidArgumentError(
+      "--backend spark needs the Spark master: --spark-master URL, `spark: {master: URL}` in "
+      "the job file, or SHOAL_SPARK_MASTER");
+}
+
+absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) const {
+  // Everything the master needs is resolved here, before anything exists, and recorded in
+  // submit.json: a wrong master, Python or address changes nothing.
+  absl::StatusOr<std::string> master = SparkMasterFor(*request.job, request.flags);
+  if (!master.ok()) return master.status();
+  std::string python = SparkPython();
+  if (auto st = CanImportPyspark(python); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend spark: cannot import pyspark with ", python,
+        " (SHOAL_SPARK_PYTHON names a Python with PySpark): ", st.message()));
+  }
+  auto standalone = SparkStandaloneAddresses(*master);
+  if (!standalone.empty()) {
+    std::vector<std::string> problems;
+    bool any = false;
+    for (const auto& [host, port] : standalone) {
+      absl::Status st = Connects(host, port, 3000);
+      if (st.ok()) {
+        any = true;
+        break;
+      }
+      problems.emplace_back(st.message());
+    }
+    if (!any) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--backend spark: the Spark master at ", *master,
+                       " does not answer: ", absl::StrJoin(problems, "; ")));
+    }
+  }
+  Preflight out;
+  out.listen_host = request.listen_host;
+  if (out.listen_host.empty()) {
+    if (!standalone.empty()) {
+      auto address = common::LocalAddressTowards(standalone.front().first,
+                                                 standalone.front().second, "the Spark master");
+      if (!address.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--backend spark: ", address.status().message(),
+                         "; give the address executors reach this machine at with --listen"));
+      }
+      out.listen_host = *address;
+    } else if (absl::StartsWith(*master, "local-cluster[")) {
+      out.listen_host = "127.0.0.1";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--backend spark with master ", *master,
+          ": give the address the cluster's executors reach this machine at with --listen "
+          "(the Shoal master and the Spark driver listen there)"));
+    }
+  }
+  const SparkConfig& section = SparkConfigOf(*request.job);
+  nlohmann::json conf = nlohmann::json::object();
+  for (const auto& [k, v] : section.conf) conf[k] = v;
+  out.settings = {{"master", *master},
+                  {"python", python},
+                  {"executor_memory", section.executor_memory},
+                  {"executor_cores", section.executor_cores},
+                  {"conf", conf},
+                  {"ship_binary", !SharesThisFilesystem(*master)}};
+  return out;
+}
+
+absl::StatusOr<CreatedBackend> SparkProvider::Create(const BackendContext& context) const {
+  // `shoal run` resolved and checked these (the flag over the job file's `spark:` section).
+  const nlohmann::json& settings = *context.settings;
+  const SparkConfig& section = SparkConfigOf(*context.job);
+  SparkBackendOptions spark;
+  spark.master = settings.value("master", section.master);
+  spark.python = settings.value("python", SparkPython());
+  spark.executor_memory = settings.value("executor_memory", section.executor_memory);
+  spark.executor_cores = settings.value("executor_cores", section.executor_cores);
+  spark.conf = section.conf;
+  if (settings.contains("conf") && settings["conf"].is_object()) {
+    for (const auto& [k, v] : settings["conf"].items()) {
+      if (v.is_string()) spark.conf[k] = v.get<std::string>();
+    }
+  }
+  spark.ship_binary = settings.value("ship_binary", false);
+  spark.state_dir = context.job_dir + "/agents/spark";
+  if (spark.master.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context.job_dir, "/submit.json lacks spark.master"));
+  }
+  CreatedBackend out;
+  out.listen_host = context.listen_host;
+  out.backend = std::make_unique<SparkBackend>(std::move(spark));
+  return out;
+}
+
+}  // namespace shoal::backends
