@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/slurm/slurm_section.h"
+#include "backends/spark/spark_section.h"
 #include "backends/yarn/yarn_section.h"
 #include "spec/spec_parser.h"
 
@@ -14,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // directory, so an input's result does not depend on where the fuzzer runs.
   // With the backends' sections, as `shoal` reads a job file (cli/backends_registry.cc).
   static const shoal::spec::JobSections kSections = {shoal::backends::SlurmJobSection(),
-                                                     shoal::backends::YarnJobSection()};
+                                                     shoal::backends::YarnJobSection(),
+                                                     shoal::backends::SparkJobSection()};
   absl::StatusOr<shoal::spec::JobSpec> spec =
       shoal::spec::ParseJobSpec(text, "job.yaml", "/fuzz/jobs", kSections);
   if (!spec.ok() && spec.status().code() != absl::StatusCode::kInvalidArgument) {

@@ -33,6 +33,7 @@
 #include "backends/local/local_backend.h"
 #include "backends/slurm/slurm_backend.h"
 #include "backends/slurm/srun_command.h"
+#include "backends/spark/spark_backend.h"
 #include "backends/yarn/yarn_backend.h"
 #include "common/local_address.h"
 #include "machine/inventory.h"
@@ -135,6 +136,9 @@ struct Flavour {
   std::string listen_host;  // where agents can reach a master on this machine
   // Whether the resource manager still holds anything for the job.
   std::function<bool(const std::string& job_id)> holds;
+  // How long the agents may take to start: a Spark application starts its driver's JVM, then
+  // its executors' JVMs, before the barrier stage runs.
+  std::chrono::seconds start_limit = 30s;
 };
 
 void PrintTo(const Flavour& flavour, std::ostream* os) { *os << flavour.name; }
@@ -232,6 +236,46 @@ Flavour KubernetesFlavour() {
           }};
 }
 
+// KEY=value of the Spark test cluster's env file ($SHOAL_SPARK_DIR/env), "" when absent.
+std::string SparkEnv(const std::string& key) {
+  const char* dir = std::getenv("SHOAL_SPARK_DIR");
+  std::istringstream lines(Slurp(std::string(dir ? dir : "/tmp/shoal-spark") + "/env"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (absl::StartsWith(line, key + "=")) return line.substr(key.size() + 1);
+  }
+  return "";
+}
+
+// The project's Spark standalone test cluster (tests/spark/cluster.sh) on this machine's
+// loopback: the executors' processes, and the agents their barrier tasks start, are visible here.
+Flavour SparkFlavour() {
+  return {"Spark",
+          [](const std::string& dir, const std::string& job_id) -> std::unique_ptr<Backend> {
+            SparkBackendOptions o;
+            o.master = SparkEnv("SHOAL_SPARK_MASTER");
+            o.python = SparkEnv("SHOAL_SPARK_PYTHON");
+            o.executor_memory = "512m";
+            o.state_dir = dir + "/spark";
+            return std::make_unique<SparkBackend>(o);
+          },
+          "127.0.0.1",
+          [](const std::string& job_id) {
+            // The master's JSON page lists the applications it runs under "activeapps".
+            std::string page = Run("curl -sf --max-time 10 " +
+                                   SparkEnv("SHOAL_SPARK_MASTER_WEB") + "/json/");
+            if (page.empty()) return true;
+            size_t active = page.find("\"activeapps\"");
+            size_t completed = page.find("\"completedapps\"");
+            if (active == std::string::npos) return true;
+            std::string name = "\"shoal-" + job_id + "\"";
+            size_t at = page.find(name, active);
+            return at != std::string::npos &&
+                   (completed == std::string::npos || completed < active || at < completed);
+          },
+          120s};
+}
+
 class BackendContractTest : public ::testing::TestWithParam<Flavour> {
  protected:
   void SetUp() override {
@@ -253,6 +297,11 @@ class BackendContractTest : public ::testing::TestWithParam<Flavour> {
       auto address = YarnBackend::AddressTowardsResourceManager(rm);
       ASSERT_TRUE(address.ok()) << address.status();
       listen_host_ = *address;
+    } else if (GetParam().name == "Spark") {
+      // Brought up by ctest's spark_cluster fixture; without it this must fail, loudly.
+      ASSERT_FALSE(SparkEnv("SHOAL_SPARK_MASTER").empty())
+          << "no Spark test cluster ($SHOAL_SPARK_DIR/env): start it (tests/spark/cluster.sh up)";
+      listen_host_ = GetParam().listen_host;
     } else if (GetParam().name == "Kubernetes") {
       // Brought up by ctest's kubernetes_cluster fixture; without it this must fail, loudly.
       ASSERT_NE(std::getenv("KUBECONFIG"), nullptr)
@@ -335,7 +384,8 @@ TEST_P(BackendContractTest, StartsOneAgentPerPlaceDiallingTheMaster) {
   ASSERT_TRUE(grants.ok()) << grants.status();
   ASSERT_TRUE(backend_->StartAgents(StartOptions()).ok());
   std::string master = listener_->address();
-  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); }, 30s))
+  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); },
+                      GetParam().start_limit))
       << "agents running: " << AgentsOf(master).size() << ", places: " << grants->size();
   std::set<std::string> places, served;
   for (const auto& g : *grants) places.insert(g.name);
@@ -348,7 +398,8 @@ TEST_P(BackendContractTest, ReportsALostPlaceByName) {
   ASSERT_TRUE(grants.ok()) << grants.status();
   ASSERT_TRUE(backend_->StartAgents(StartOptions()).ok());
   std::string master = listener_->address();
-  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); }, 30s));
+  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); },
+                      GetParam().start_limit));
   AgentProcess victim = AgentsOf(master).back();
   ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
   std::unique_lock<std::mutex> lock(mu_);
@@ -364,7 +415,8 @@ TEST_P(BackendContractTest, ReleaseLeavesNothingRunningOrHeld) {
   ASSERT_TRUE(grants.ok()) << grants.status();
   ASSERT_TRUE(backend_->StartAgents(StartOptions()).ok());
   std::string master = listener_->address();
-  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); }, 30s));
+  ASSERT_TRUE(WaitFor([&] { return AgentsOf(master).size() == grants->size(); },
+                      GetParam().start_limit));
   backend_->Release();
   EXPECT_TRUE(WaitFor([&] { return AgentsOf(master).empty(); }, 10s))
       << AgentsOf(master).size() << " agents still running";
@@ -376,7 +428,7 @@ TEST_P(BackendContractTest, ReleaseLeavesNothingRunningOrHeld) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendContractTest,
                          ::testing::Values(LocalFlavour(), SlurmFlavour(), YarnFlavour(),
-                                           KubernetesFlavour()),
+                                           KubernetesFlavour(), SparkFlavour()),
                          [](const ::testing::TestParamInfo<Flavour>& p) { return p.param.name; });
 
 }  // namespace

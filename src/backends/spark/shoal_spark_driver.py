@@ -192,8 +192,16 @@ class Places:
                 self.gone(place, conn)
 
     def hello(self, place, conn, message):
+        lost_host = None
         with self.lock:
             old = self.conns.get(place)
+            if old is not None and place in self.running and not self.ending:
+                # A retried attempt's task came before the old one's end was seen: the old
+                # task's agent is lost all the same.
+                lost_host = self.hosts.get(place)
+                self.running.discard(place)
+                if self.wanted[place] != "done":
+                    self.wanted[place] = "wait"
             self.conns[place] = conn
             self.attempts[place] = message.get("attempt", 0)
             self.hosts[place] = message.get("host", "")
@@ -203,6 +211,10 @@ class Places:
                 self.command(place, "start")
             if all(n in self.conns for n in self.names):
                 emit("gang", attempt=self.attempts[place])
+        if lost_host is not None:
+            emit("place_lost", place=place,
+                 reason=f"its Spark barrier task on {lost_host} was replaced by Spark's retry of "
+                        f"the stage")
         if old is not None:
             try:
                 old.close()
@@ -315,14 +327,19 @@ def main():
         sc.setJobGroup("shoal", settings["app_name"], interruptOnCancel=True)
         try:
             rdd = sc.parallelize(range(n), n)
+            # The shuffle after the barrier stage makes it a ShuffleMapStage: Spark retries a
+            # failed barrier ShuffleMapStage as a whole (spark.stage.maxConsecutiveAttempts),
+            # but aborts the job when a barrier ResultStage fails.
             result["rows"] = rdd.barrier().mapPartitionsWithIndex(
-                make_place_runner(settings, token, address, key)).collect()
+                make_place_runner(settings, token, address, key)).repartition(1).collect()
         except Exception as e:  # the job failed: Spark's message is the reason
             text = str(e).strip()
             result["error"] = text.splitlines()[0] if text else repr(e)
             for line in text.splitlines():
                 if "SPARK-24819" in line or "Barrier" in line or "aborted" in line:
-                    result["error"] = line.strip()
+                    # ": org.apache.spark.SparkException: Job aborted ...": Spark's own words.
+                    line = line.strip().lstrip(": ")
+                    result["error"] = line.replace("org.apache.spark.SparkException: ", "", 1)
                     break
 
     stage = threading.Thread(target=run_stage, daemon=True)

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,6 +65,8 @@ std::map<std::string, std::string> SparkBackend::SparkProperties(
   std::map<std::string, std::string> conf;
   conf["spark.submit.deployMode"] = "client";
   conf["spark.ui.showConsoleProgress"] = "false";
+  // The driver runs one small stage and shuttles a few messages: Spark's default 1g is waste.
+  conf["spark.driver.memory"] = "512m";
   // Every barrier task is one place: as big as the biggest task of the job (Spark gives all
   // tasks of a stage the same size).
   uint32_t task_cpus = TaskCpus(job);
@@ -175,7 +178,9 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
     ::close(log);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  if (::pipe2(in, O_CLOEXEC) != 0) {
+  // A socket rather than a pipe for the commands: a write to a driver that died must fail
+  // with EPIPE (MSG_NOSIGNAL), not raise SIGPIPE in the master's loop thread.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in) != 0) {
     ::close(log);
     ::close(out[0]);
     ::close(out[1]);
@@ -264,7 +269,13 @@ void SparkBackend::Watch(int stdout_fd) {
     if (on_event) on_event({AllocationEvent::kRefused, "Spark: " + why});
     return;
   }
-  LoseAll(absl::StrCat("the Spark application ", ApplicationName(), " ended: ", why));
+  // Spark gave the job up (its stage attempts used up, the driver gone): no place can come
+  // back, so the job ends now with Spark's reason, as when a resource manager cancels a job,
+  // rather than waiting for replacements that cannot come.
+  std::string ended = absl::StrCat("the Spark application ", ApplicationName(), " ended: ", why);
+  spdlog::warn("{}", ended);
+  if (on_event) on_event({AllocationEvent::kCancelled, ended});
+  LoseAll(ended);
 }
 
 void SparkBackend::HandleEvent(const nlohmann::json& event) {
@@ -363,7 +374,8 @@ void SparkBackend::Command(const std::string& line) {
   if (driver_stdin_ < 0) return;
   std::string text = line + "\n";
   // A few bytes to a pipe the driver reads all the time: never blocks for long.
-  if (::write(driver_stdin_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+  if (::send(driver_stdin_, text.data(), text.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(text.size())) {
     spdlog::warn("cannot tell the Spark driver '{}': {}", line, std::strerror(errno));
   }
 }

@@ -36,10 +36,12 @@ struct SparkBackendOptions {
 
 // Runs the job as one Spark application whose barrier stage holds the whole gang: a small
 // Python driver program (shoal_spark_driver.py, carried inside this binary) runs beside the
-// master, in client mode, and submits a barrier stage of one task per place; each task starts
-// the place's `shoal agent` and lives as long as it does. The driver reports what Spark does
-// on its stdout (lines "SHOAL-SPARK {json}"), which this backend turns into allocation events
-// and lost places. See docs/backends/spark.md and docs/design/0018-spark-backend.md.
+// master, in client mode, and submits a barrier stage of one task per place; each task dials
+// back to the driver and starts the place's `shoal agent` when told, again when the place is
+// replaced, and ends when its agent exits 0 or the driver says so. The driver reports what
+// Spark and the tasks do on its stdout (lines "SHOAL-SPARK {json}"), which this backend turns
+// into allocation events and lost places, and takes commands (replace, terminate, end) on its
+// stdin. See docs/backends/spark.md and docs/design/0018-spark-backend.md.
 class SparkBackend final : public Backend {
  public:
   explicit SparkBackend(SparkBackendOptions options);

@@ -1,7 +1,6 @@
 #include "backends/spark/spark_section.h"
 
 #include <memory>
-#include <regex>
 #include <string_view>
 
 #include "absl/strings/ascii.h"
@@ -9,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace shoal::backends {
 namespace {
@@ -108,13 +108,35 @@ bool IsSparkMaster(absl::string_view text) {
     absl::ConsumePrefix(&rest, "https://") || absl::ConsumePrefix(&rest, "http://");
     return !rest.empty() && rest.find_first_of(" \t\n") == absl::string_view::npos;
   }
-  static const std::regex local_cluster(R"(local-cluster\[[1-9][0-9]*, *[1-9][0-9]*, *[1-9][0-9]*\])");
-  return std::regex_match(std::string(text), local_cluster);
+  // local-cluster[WORKERS,CORES,MEMORY_MB]: three positive numbers, spaces after commas.
+  if (!absl::ConsumePrefix(&text, "local-cluster[") || !absl::ConsumeSuffix(&text, "]")) {
+    return false;
+  }
+  std::vector<absl::string_view> numbers = absl::StrSplit(text, ',');
+  if (numbers.size() != 3) return false;
+  for (absl::string_view n : numbers) {
+    n = absl::StripLeadingAsciiWhitespace(n);
+    uint32_t value = 0;
+    if (n.empty() || !absl::ascii_isdigit(static_cast<unsigned char>(n[0])) ||
+        !absl::SimpleAtoi(n, &value) || value == 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
+// Hand-written rather than std::regex: libstdc++'s matcher recurses once per character, and a
+// job file's value may be long.
 bool IsSparkMemory(absl::string_view text) {
-  static const std::regex size(R"([1-9][0-9]*([kKmMgGtT][bB]?)?)");
-  return std::regex_match(std::string(text), size);
+  size_t digits = 0;
+  while (digits < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[digits]))) {
+    ++digits;
+  }
+  if (digits == 0 || text[0] == '0' || digits > 12) return false;
+  absl::string_view unit = text.substr(digits);
+  if (unit.empty()) return true;
+  if (std::string_view("kKmMgGtT").find(unit[0]) == std::string_view::npos) return false;
+  return unit.size() == 1 || (unit.size() == 2 && (unit[1] == 'b' || unit[1] == 'B'));
 }
 
 std::string SparkConfKeyProblem(absl::string_view key, absl::string_view value) {
