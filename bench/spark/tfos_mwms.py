@@ -47,8 +47,7 @@ def main():
     ap.add_argument("train_args", nargs=argparse.REMAINDER,
                     help="after --: train_mwms.py's arguments")
     args = ap.parse_args()
-    train_args = [a for a in args.train_args if a != "--"] if args.train_args[:1] == ["--"] \
-        else args.train_args
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     from pyspark import SparkConf, SparkContext
     from tensorflowonspark import TFCluster
 
