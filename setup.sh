@@ -5,6 +5,8 @@
 #   ./setup.sh --no-build install only
 #   ./setup.sh --serving-peers   the Debian packages, then only the serving peers' Python
 #                                environments (bench/serving_peers.py), not the rest
+#   ./setup.sh --spark-peers     the same for the Spark benchmarks' TensorFlowOnSpark venv
+#                                (bench/spark_recovery.py)
 set -euo pipefail
 cd "$(dirname "$0")"
 repo=$(pwd)
@@ -115,6 +117,12 @@ if [ "${1:-}" = "--serving-peers" ]; then
   for peer in torchserve mlserver kserve ray litserve; do
     make_venv "peer-$peer" "bench/serving/peers/requirements-$peer.txt" --system-site-packages
   done
+  exit 0
+fi
+# TensorFlowOnSpark 2.2.5 with the TensorFlow example's TensorFlow and the Spark backend's
+# PySpark, the anchor of bench/spark_recovery.py: opt-in. docs/benchmarks/spark.md.
+if [ "${1:-}" = "--spark-peers" ]; then
+  make_venv peer-tfos bench/spark/requirements-tfos.txt
   exit 0
 fi
 if [ "${SHOAL_SKIP_VENVS:-0}" != 1 ]; then
