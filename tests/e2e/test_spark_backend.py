@@ -445,3 +445,48 @@ def test_bad_spark_settings_are_refused_before_anything_starts(run_shoal, write_
     assert r.returncode == 2 and "spark.executor_memory" in r.stderr, r.stderr
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
     assert not active_apps(cluster)
+
+
+SPARK_PYTHON = "/var/cache/shoal/venvs/spark/bin/python"
+
+
+def test_parquet_written_by_spark_trains_inside_spark_exactly_once_across_a_kill(
+        start_shoal, jobs_dir, cluster, spark_env, repo_root, tmp_path, shoal_status):
+    """Issue 28's whole path on the cluster: a Spark application prepares the digits as Parquet
+    (examples/spark-parquet/prepare.py against the cluster's master), then the example's job
+    runs inside Spark (--backend spark) on those files, its trainer is killed mid-run, and every
+    Parquet file still goes into the model exactly once per epoch."""
+    example = repo_root / "examples" / "spark-parquet"
+    work = tmp_path / "example"
+    work.mkdir()
+    (work / "train.py").write_text((example / "train.py").read_text())
+    job_text = (example / "job.yaml").read_text()
+    assert '--epochs, "10",' in job_text
+    (work / "job.yaml").write_text(
+        job_text.replace('--epochs, "10",', '--epochs, "10", --step-delay, "0.01",'))
+    r = subprocess.run([SPARK_PYTHON, str(example / "prepare.py"), "--master",
+                        cluster["SHOAL_SPARK_MASTER"], "--out", str(work / "data")],
+                       capture_output=True, text=True, timeout=300,
+                       env={**e2e.base_env(), **spark_env})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    parts = sorted(p.name for p in (work / "data" / "digits-train.parquet").iterdir()
+                   if p.name.endswith(".parquet") and not p.name.startswith("."))
+    assert len(parts) == 6, parts
+    e2e.wait_until(lambda: not active_apps(cluster), 60, "the preparing application to end")
+
+    client = start_shoal("run", "--backend", "spark", work / "job.yaml", env=spark_env)
+    job_dir = e2e.wait_for_job(jobs_dir, "digits-parquet", timeout=60)
+    e2e.wait_until(lambda: any(e["epoch"] >= 1 for e in e2e.events_of(
+        e2e.read_events(job_dir), "shard_done")), 240, "a shard of the second epoch to be done")
+    trainer = next(t for t in shoal_status(job_dir.name)["tasks"] if t["task"] == "trainer:0")
+    assert e2e.kill_task(trainer["pid"], job_dir.name), trainer
+    rc = client.wait(300)
+    out = client.stdout()
+    assert rc == 0, f"{out[-3000:]}\n{client.stderr()[-3000:]}"
+    assert "trainer:0 | resumed from checkpoint step" in out, out[-3000:]
+    accuracy = [float(l.split("=", 1)[1]) for l in out.splitlines()
+                if l.startswith("trainer:0 | final_accuracy=")]
+    assert len(accuracy) == 1 and accuracy[0] >= 0.9, out[-3000:]
+    status = shoal_status(job_dir.name)
+    assert status["state"] == "succeeded"
+    assert [c["done"] for c in status["shards"]["epoch_counts"]] == [6] * 10
