@@ -18,16 +18,21 @@ bool ComputeSlots::TryAcquire(int n) {
 }
 
 void ComputeSlots::Acquire(int n) {
-  struct Enough {
+  // First come, first served: a thread that released slots and asks again at once queues
+  // behind those already waiting, even though the slots are free when it asks.
+  struct Turn {
     const int* free;
+    const uint64_t* head;
+    uint64_t ticket;
     int wanted;
-    bool Holds() const { return *free >= wanted; }
+    bool Holds() const { return *head == ticket && *free >= wanted; }
   };
   absl::MutexLock lock(&mu_);
-  Enough enough{&free_, n};
+  Turn turn{&free_, &head_ticket_, next_ticket_++, n};
   ++waiters_;
-  mu_.Await(absl::Condition(&enough, &Enough::Holds));
+  mu_.Await(absl::Condition(&turn, &Turn::Holds));
   --waiters_;
+  ++head_ticket_;
   free_ -= n;
 }
 

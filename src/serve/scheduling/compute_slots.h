@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
@@ -22,7 +24,8 @@ class ComputeSlots {
   int SlotsFor(int threads) const;
   // Takes `n` slots (from SlotsFor) if they are free now and nobody waits for slots.
   bool TryAcquire(int n);
-  // Waits until `n` slots are free and takes them.
+  // Waits until `n` slots are free and every earlier caller of Acquire has had its turn, then
+  // takes them.
   void Acquire(int n);
   void Release(int n);
   // Hints, for deciding whom to wake: they may be stale by the time they return.
@@ -34,6 +37,8 @@ class ComputeSlots {
   mutable absl::Mutex mu_;
   int free_ ABSL_GUARDED_BY(mu_);
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;  // threads in Acquire
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // Acquire's turns, in arrival order
+  uint64_t head_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // the turn that may take slots next
 };
 
 }  // namespace shoal::serve

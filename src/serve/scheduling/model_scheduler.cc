@@ -133,12 +133,14 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
 
   std::unique_lock<std::mutex> lock(mu_);
   bool holding_slots = false;  // this instance holds its compute slots (slots_ only)
+  bool ran_on_slots = false;   // ...and has run a batch on them since it took them
   while (!stopping_) {
     BatchQueue::Take take = queue_.TakeDue();
     if (take.batch.empty()) {
       if (holding_slots) {
         slots_->Release(slots_per_batch_);
         holding_slots = false;
+        ran_on_slots = false;
       }
       if (take.due_at) {
         // The clock may be a test's: sleep for what it says is left, in real time, then look
@@ -152,10 +154,13 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
     }
     if (slots_) {
       // An instance that ran the last batch keeps its CPU for the next one (its module's
-      // weights are still in the caches), unless another model waits for a CPU.
-      if (holding_slots && slots_->HasWaiters()) {
+      // weights are still in the caches), unless another model waits for a CPU. One that has
+      // just been given the CPU runs its batch first, or two waiters would hand it back and
+      // forth without running anything.
+      if (holding_slots && ran_on_slots && slots_->HasWaiters()) {
         slots_->Release(slots_per_batch_);
         holding_slots = false;
+        ran_on_slots = false;
       }
       if (!holding_slots && !slots_->TryAcquire(slots_per_batch_)) {
         // Every CPU is taken: the batch goes back to the queue, where it keeps growing. When
@@ -181,6 +186,7 @@ void ModelScheduler::InstanceLoop(size_t index, ModelRunner* runner,
     Execute(runner, std::move(take.batch));
     lock.lock();
     --running_;
+    ran_on_slots = holding_slots;
   }
   if (holding_slots) slots_->Release(slots_per_batch_);
 }

@@ -329,12 +329,18 @@ TEST(ModelSchedulerTest, AnInstanceKeepingItsCpuLetsAnotherModelWaitingForOneGoF
   }
   auto x2 = Submit(**x, 1, 1);  // x has more work when its batch is done...
   auto y1 = Submit(**y, 2, 2);  // ...but y has been waiting for the CPU
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Until y's instance waits for the CPU (a fixed sleep was too short on a loaded machine).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!options.slots->HasWaiters() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bool y_waited = options.slots->HasWaiters();
   {
     std::lock_guard<std::mutex> lock(recorder.mu);
     recorder.gate_open = true;
   }
   recorder.changed.notify_all();
+  EXPECT_TRUE(y_waited) << "y's instance never waited for the CPU";
   ASSERT_TRUE(x1.get().ok());
   ASSERT_TRUE(x2.get().ok());
   ASSERT_TRUE(y1.get().ok());
