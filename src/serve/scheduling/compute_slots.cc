@@ -19,26 +19,23 @@ bool ComputeSlots::TryAcquire(int n) {
 
 void ComputeSlots::Acquire(int n) {
   // First come, first served: a thread that released slots and asks again at once queues
-  // behind those already waiting, even though the slots are free when it asks.
-  struct Turn {
-    const int* free;
-    const uint64_t* head;
-    uint64_t ticket;
-    int wanted;
-    bool Holds() const { return *head == ticket && *free >= wanted; }
-  };
+  // behind those already waiting, even though the slots are free when it asks. A CondVar, not
+  // Mutex::Await: the sanitizers' wrapper of Debian's abseil (sanitize/tsan_absl_sync.cc) sees
+  // CondVar waits, and Await's conditions run on other threads inside abseil.
   absl::MutexLock lock(&mu_);
-  Turn turn{&free_, &head_ticket_, next_ticket_++, n};
+  uint64_t ticket = next_ticket_++;
   ++waiters_;
-  mu_.Await(absl::Condition(&turn, &Turn::Holds));
+  while (head_ticket_ != ticket || free_ < n) turn_.Wait(&mu_);
   --waiters_;
   ++head_ticket_;
   free_ -= n;
+  turn_.SignalAll();  // the next in line may fit in what is left
 }
 
 void ComputeSlots::Release(int n) {
   absl::MutexLock lock(&mu_);
   free_ += n;
+  turn_.SignalAll();
 }
 
 int ComputeSlots::Available() const {

@@ -39,6 +39,7 @@ class ComputeSlots {
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;  // threads in Acquire
   uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // Acquire's turns, in arrival order
   uint64_t head_ticket_ ABSL_GUARDED_BY(mu_) = 0;  // the turn that may take slots next
+  absl::CondVar turn_;  // slots were released, or the head of the line moved
 };
 
 }  // namespace shoal::serve
