@@ -53,6 +53,11 @@ inline uint32_t WatchdogMs(const AgentStartOptions& options) {
   return std::max(options.silent_after_ms, options.master_grace_ms) + options.heartbeat_interval_ms;
 }
 
+// One place per task, named "role.index" and sized for that task alone (`for_task`), whole CPUs
+// (resource managers that start one process per task grant no fractions), GPUs picked when the
+// agent starts (`gpus_from_agent`): what Slurm and Spark grant.
+std::vector<NodeGrant> OnePlacePerTask(const spec::JobSpec& job);
+
 // Obtains and releases places to run agents for a gang of tasks. The master never knows which
 // implementation it talks to. Methods are called from the master's event loop.
 class Backend {

@@ -29,8 +29,8 @@ spec::JobSpec TwoRoles() {
   return job;
 }
 
-TEST(SlurmPlacesTest, OnePlacePerTaskSizedForIt) {
-  auto places = SlurmPlaces(TwoRoles());
+TEST(OnePlacePerTaskTest, OnePlacePerTaskSizedForIt) {
+  auto places = OnePlacePerTask(TwoRoles());
   ASSERT_EQ(places.size(), 4u);
   EXPECT_EQ(places[0].name, "chief.0");
   EXPECT_EQ(places[0].for_task, "chief:0");

@@ -85,7 +85,7 @@ absl::StatusOr<std::vector<NodeGrant>> SlurmBackend::Acquire(const spec::JobSpec
                                                              const std::string& job_id) {
   job_ = job;
   job_id_ = job_id;
-  places_ = SlurmPlaces(job);
+  places_ = OnePlacePerTask(job);
   std::string place_map = SlurmPlaceMap(SlurmComponents(job));
   for (uint32_t rank = 0; rank < places_.size(); ++rank) {
     if (auto place = SlurmPlaceOf(place_map, rank); place.ok()) place_of_rank_[rank] = *place;

@@ -12,24 +12,6 @@
 
 namespace shoal::backends {
 
-std::vector<NodeGrant> SlurmPlaces(const spec::JobSpec& job) {
-  std::vector<NodeGrant> places;
-  for (const auto& role : job.roles) {
-    for (uint32_t i = 0; i < role.instances; ++i) {
-      NodeGrant g;
-      g.name = absl::StrCat(role.name, ".", i);
-      g.for_task = absl::StrCat(role.name, ":", i);
-      // Slurm grants whole CPUs; the place holds what Slurm will give.
-      g.cpus = std::max(1.0, std::ceil(role.resources.cpus));
-      g.memory_bytes = role.resources.memory_bytes;
-      g.gpus_from_agent = role.resources.gpus > 0;
-      g.gpu_count = role.resources.gpus;
-      places.push_back(std::move(g));
-    }
-  }
-  return places;
-}
-
 uint64_t SlurmMinutes(std::chrono::milliseconds limit) {
   uint64_t minutes = static_cast<uint64_t>((limit.count() + 59999) / 60000);
   return std::max<uint64_t>(minutes, 1);

@@ -21,10 +21,6 @@ struct SlurmRequest {
   std::chrono::milliseconds time_limit{0};
 };
 
-// One Slurm task per Shoal task: the places Acquire hands out, named ROLE.INDEX, each sized for
-// the one task that may run there. GPU ids are Slurm's to pick; agents report them.
-std::vector<NodeGrant> SlurmPlaces(const spec::JobSpec& job);
-
 // Tasks asking for the same CPUs, memory and GPUs go into one Slurm job component; a job whose
 // roles all ask the same is a plain Slurm job, others are heterogeneous jobs with one component
 // per distinct request (Slurm 22.05 never puts two components on one node, so fewer components

@@ -93,21 +93,9 @@ absl::StatusOr<std::vector<NodeGrant>> SparkBackend::Acquire(const spec::JobSpec
                                                              const std::string& job_id) {
   job_ = job;
   job_id_ = job_id;
-  places_.clear();
-  for (const auto& role : job.roles) {
-    for (uint32_t i = 0; i < role.instances; ++i) {
-      NodeGrant g;
-      g.name = absl::StrCat(role.name, ".", i);
-      g.for_task = absl::StrCat(role.name, ":", i);
-      g.cpus = std::max(1.0, std::ceil(role.resources.cpus));
-      g.memory_bytes = role.resources.memory_bytes;
-      // Spark's scheduler picks the GPUs when the barrier task starts; the task hands them to
-      // the agent as CUDA_VISIBLE_DEVICES and the agent reports them.
-      g.gpus_from_agent = role.resources.gpus > 0;
-      g.gpu_count = role.resources.gpus;
-      places_.push_back(std::move(g));
-    }
-  }
+  // Spark's scheduler picks the GPUs when the barrier task starts; the task hands them to the
+  // agent as CUDA_VISIBLE_DEVICES and the agent reports them.
+  places_ = OnePlacePerTask(job);
   // Whether Spark can run the gang is Spark's to say once the barrier stage is submitted
   // (StartAgents): a wait for task slots arrives as an allocation event.
   return places_;
