@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -99,6 +100,12 @@ class Backend {
   // step on scancel or at a time limit): a task's SIGTERM may then be part of a cancellation
   // the backend is about to report, rather than a failure.
   virtual bool SignalsTasksFromOutside() const { return false; }
+  // Where it does, how long the master waits, after a task's unrequested SIGTERM/SIGKILL or an
+  // agent's disconnect, for this backend to report why (a cancelled allocation, a lost place)
+  // before it counts as a failure: as long as the manager may take to say so.
+  virtual std::chrono::milliseconds OutsideStopSettle() const {
+    return std::chrono::milliseconds(2000);
+  }
   // Whether an agent registering for `node` from `hostname` is the one the backend started
   // there last. An agent of a replaced place that comes back to life (a node cut off, then
   // reachable again) must not be taken for its replacement.

@@ -334,7 +334,7 @@ void Master::AgentDisconnected(uint64_t session_id) {
     // agent can say anything): the backend usually says why a moment later (a cancelled
     // allocation), which ends the job as cancelled rather than as a failure to handle. A place
     // the backend reports lost in the meantime is handled at once (OnPlaceLost).
-    loop_.PostAfter(options_.outside_stop_settle, [why, lose] { lose(why); });
+    loop_.PostAfter(backend_->OutsideStopSettle(), [why, lose] { lose(why); });
   });
 }
 

@@ -54,10 +54,6 @@ struct MasterOptions {
   std::chrono::milliseconds register_timeout{30000};
   std::chrono::milliseconds stop_grace{3000};
   std::chrono::milliseconds admission_retry{1000};
-  // On backends whose resource manager signals agents and tasks itself (Slurm), how long a
-  // task's unrequested SIGTERM or an agent's disconnect waits for the backend to report why
-  // (a cancelled allocation) before it counts as a failure.
-  std::chrono::milliseconds outside_stop_settle{2000};
   uint32_t agent_master_grace_ms = 10000;
   // Take over a job whose previous master died: rebuild its state from events.jsonl, listen on
   // the address it listened on, and re-attach to the agents and tasks still running.

@@ -52,7 +52,7 @@ void Master::OnTaskExited(const v1::AgentMessage& message, bool settled) {
     return session == nullptr || !session->leaving.empty();
   };
   if (signalled_from_outside && (!settled || agent_going())) {
-    loop_.PostAfter(options_.outside_stop_settle,
+    loop_.PostAfter(backend_->OutsideStopSettle(),
                     [this, message] { OnTaskExited(message, /*settled=*/true); });
     return;
   }

@@ -24,11 +24,15 @@ namespace {
 
 class GrantOnlyBackend final : public backends::Backend {
  public:
-  explicit GrantOnlyBackend(bool signals_tasks_from_outside = false)
-      : signals_tasks_from_outside_(signals_tasks_from_outside) {}
+  explicit GrantOnlyBackend(bool signals_tasks_from_outside = false,
+                            std::chrono::milliseconds outside_stop_settle =
+                                std::chrono::milliseconds(2000))
+      : signals_tasks_from_outside_(signals_tasks_from_outside),
+        outside_stop_settle_(outside_stop_settle) {}
   std::string Name() const override { return "test"; }
   // Like Slurm's and YARN's: their resource manager signals tasks and agents itself.
   bool SignalsTasksFromOutside() const override { return signals_tasks_from_outside_; }
+  std::chrono::milliseconds OutsideStopSettle() const override { return outside_stop_settle_; }
   absl::StatusOr<std::vector<backends::NodeGrant>> Acquire(const spec::JobSpec&,
                                                            const std::string&) override {
     backends::NodeGrant grant;
@@ -47,6 +51,7 @@ class GrantOnlyBackend final : public backends::Backend {
 
  private:
   const bool signals_tasks_from_outside_;
+  const std::chrono::milliseconds outside_stop_settle_;
 };
 
 class MasterServiceTest : public ::testing::Test {
@@ -55,7 +60,7 @@ class MasterServiceTest : public ::testing::Test {
     MasterOptions options = Options();
     options.heartbeat_interval = std::chrono::milliseconds(20);
     auto m = Master::Create(options, std::make_unique<GrantOnlyBackend>(
-                                         SignalsTasksFromOutside()));
+                                         SignalsTasksFromOutside(), OutsideStopSettle()));
     ASSERT_TRUE(m.ok()) << m.status();
     master_ = std::move(*m);
     ASSERT_TRUE(master_->Start().ok());
@@ -64,6 +69,9 @@ class MasterServiceTest : public ::testing::Test {
   }
 
   virtual bool SignalsTasksFromOutside() const { return false; }
+  virtual std::chrono::milliseconds OutsideStopSettle() const {
+    return std::chrono::milliseconds(2000);
+  }
 
   // A one-task job in a fresh directory of this test, on the fake clock.
   MasterOptions Options() {
@@ -385,6 +393,44 @@ TEST_F(ResourceManagerSignalsTasksTest, ATaskKilledWhileItsAgentStaysIsATaskFail
   std::string reason = finished.value("reason", "");
   EXPECT_NE(reason.find("killed by signal 9"), std::string::npos) << reason;
   EXPECT_EQ(reason.find("lost"), std::string::npos) << reason;
+}
+
+// Spark's backend reports a stage's kill at once: its settling time is the backend's, shorter.
+class ShortSettleTest : public ResourceManagerSignalsTasksTest {
+ protected:
+  std::chrono::milliseconds OutsideStopSettle() const override {
+    return std::chrono::milliseconds(300);
+  }
+
+  // Moves the fake clock on by `total` in 20 ms steps, heartbeating on `agent` as it goes.
+  void AdvanceWithHeartbeats(AgentStream* agent, std::chrono::milliseconds total) {
+    for (auto moved = std::chrono::milliseconds(0); moved < total;
+         moved += std::chrono::milliseconds(20)) {
+      v1::AgentMessage beat;
+      beat.mutable_heartbeat()->set_sequence(1);
+      agent->Write(beat);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      clock_.Advance(std::chrono::milliseconds(20));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+};
+
+TEST_F(ShortSettleTest, ATaskKilledWhileItsAgentStaysIsJudgedAfterTheBackendsSettlingTime) {
+  grpc::ClientContext ctx;
+  auto stream = AgentWhoseTaskWasKilled(&ctx);
+  AdvanceWithHeartbeats(stream.get(), std::chrono::milliseconds(260));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(Events("job_finished").empty()) << "judged before the backend's settling time";
+  AdvanceWithHeartbeats(stream.get(), std::chrono::milliseconds(200));
+  EXPECT_TRUE(JournalGets("job_finished"))
+      << "not judged once the backend's 300 ms had passed (long before the default 2 s)";
+  ctx.TryCancel();
+  stream->Finish();
+  auto finished = Events("job_finished");
+  ASSERT_FALSE(finished.empty());
+  EXPECT_NE(finished[0].value("reason", "").find("killed by signal 9"), std::string::npos)
+      << finished[0].dump();
 }
 
 // A listening socket on a loopback port with SO_REUSEPORT, as a gRPC server's is by default:

@@ -2,6 +2,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
@@ -56,6 +57,13 @@ class SparkBackend final : public Backend {
   // Spark kills a failed stage attempt's other barrier tasks, and with them their agents'
   // tasks: a task's SIGTERM may be part of a stage failure about to be reported.
   bool SignalsTasksFromOutside() const override { return true; }
+  // Spark signals a task only through its agent's end (Spark kills the barrier task's Python
+  // worker, and the agent with it), and the driver reports the place lost the moment that
+  // task's connection ends: nothing like the 2 s a Slurm or YARN report may take. A task killed
+  // on its own is judged that much sooner.
+  std::chrono::milliseconds OutsideStopSettle() const override {
+    return std::chrono::milliseconds(300);
+  }
   void TerminatePlace(const std::string& node) override;
   absl::Status ReplacePlace(const std::string& node, const AgentStartOptions& options) override;
   void Release() override;
@@ -96,6 +104,10 @@ class SparkBackend final : public Backend {
   bool releasing_ ABSL_GUARDED_BY(mu_) = false;
   bool released_ ABSL_GUARDED_BY(mu_) = false;
   std::string last_queued_reason_ ABSL_GUARDED_BY(mu_);
+  // Places whose barrier task has started an agent at least once: a later failure to start
+  // one costs the place; a first one means the job cannot run there at all.
+  std::set<std::string> started_places_ ABSL_GUARDED_BY(mu_);
+  bool refused_ ABSL_GUARDED_BY(mu_) = false;
   PlaceLostCallback on_lost_ ABSL_GUARDED_BY(mu_);
   AllocationEventCallback on_event_ ABSL_GUARDED_BY(mu_);
 };
