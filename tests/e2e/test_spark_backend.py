@@ -8,6 +8,7 @@ hand: tests/spark/cluster.sh up, then SHOAL_SPARK_DIR as for it."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import urllib.request
@@ -187,9 +188,9 @@ def test_the_binary_can_travel_with_the_application(run_shoal, write_job, jobs_d
         assert binary != str(shoal_bin) and binary.startswith(str(SPARK_DIR / "work")), argv
 
 
-@pytest.mark.skipif(not os.access(TF_PYTHON, os.X_OK), reason=f"no {TF_PYTHON}")
 def test_tensorflow_mwms_trains_to_its_threshold(run_shoal, write_job, repo_root, cluster,
                                                 spark_env):
+    assert os.access(TF_PYTHON, os.X_OK), f"no {TF_PYTHON}: ./setup.sh makes it"
     example = repo_root / "examples" / "tensorflow"
     job = write_job(f"""
         name: spark-tf-mwms
@@ -445,6 +446,64 @@ def test_bad_spark_settings_are_refused_before_anything_starts(run_shoal, write_
     assert r.returncode == 2 and "spark.executor_memory" in r.stderr, r.stderr
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
     assert not active_apps(cluster)
+
+
+def test_a_local_cluster_master_runs_the_job_in_its_own_executors(run_shoal, write_job, jobs_dir):
+    # `local-cluster[N,CORES,MB]`: Spark's own workers inside the driver's JVM, each executor a
+    # JVM of its own; no standalone cluster, no environment but the flag.
+    job = write_job("""
+        name: spark-local-cluster
+        roles:
+          worker:
+            instances: 2
+            command: ["/bin/sh", "-c", "echo rank=$SHOAL_RANK of $SHOAL_WORLD_SIZE"]
+            resources: {cpus: 1, memory: 128MiB}
+        spark: {executor_memory: 512m}
+        """)
+    r = run_shoal("run", "--backend", "spark", "--spark-master", "local-cluster[2,1,1024]", job,
+                  timeout=400)
+    assert r.returncode == 0, fail_message(r)
+    assert sorted(l for l in r.stdout.splitlines() if "rank=" in l) == [
+        "worker:0 | rank=0 of 2", "worker:1 | rank=1 of 2"], r.stdout
+    job_dir = only_job_dir(jobs_dir)
+    app = application_of(job_dir)
+    assert app["master"] == "local-cluster[2,1,1024]" and app["application_id"], app
+    registered = {e["node"] for e in e2e.events_of(e2e.read_events(job_dir), "agent_registered")}
+    assert registered == {"worker.0", "worker.1"}, registered
+    assert not processes_of_application(app["application_id"])
+
+
+def test_a_barrier_task_that_cannot_start_its_agent_fails_the_job_with_its_reason(
+        harness, start_shoal, write_job, jobs_dir, cluster, spark_env, shoal_bin, tmp_path):
+    # The executors run the agent from the submitting `shoal`'s path (a loopback cluster shares
+    # this machine's files). Once the master runs, that path holds something no executor can
+    # execute: what a binary built for another machine, or a missing one, looks like there.
+    binary = tmp_path / "bin" / "shoal"
+    binary.parent.mkdir()
+    shutil.copy2(shoal_bin, binary)
+    harness.shoal_bin = str(binary)
+    job = write_job("""
+        name: spark-no-agent
+        roles:
+          worker:
+            instances: 2
+            command: ["true"]
+            resources: {cpus: 1, memory: 128MiB}
+        spark: {executor_memory: 512m}
+        """)
+    client = start_shoal("run", "--backend", "spark", job, env=spark_env)
+    job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
+    binary.unlink()
+    binary.write_text("not a program\n")
+    binary.chmod(0o755)
+    rc = client.wait(180)
+    assert rc != 0, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
+    (finished,) = e2e.events_of(e2e.read_events(job_dir), "job_finished")
+    reason = finished["reason"]
+    # The barrier task's own error, at once: not the agents' registration deadline 30 s later.
+    assert f"cannot start `{binary} agent`" in reason and "Exec format error" in reason, reason
+    assert "did not register" not in reason, reason
+    assert "Exec format error" in client.stderr() + client.stdout()
 
 
 SPARK_PYTHON = "/var/cache/shoal/venvs/spark/bin/python"

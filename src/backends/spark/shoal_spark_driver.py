@@ -18,6 +18,7 @@ What happens is reported as lines `SHOAL-SPARK {json}` on stdout, which the back
   queued          the barrier stage has not started: {"reason"}
   gang            every place has a barrier task that dialled back: {"attempt"}
   agent_started   {"place", "host", "attempt"}
+  agent_failed    the place's barrier task could not start its agent: {"place", "host", "error"}
   place_lost      the place's agent or its barrier task ended: {"place", "reason"}
   finished        the stage ended: {"ok", "reason"}
 
@@ -64,9 +65,6 @@ def make_place_runner(settings, token, driver_address, key):
         place = places[index]
         attempt = context.attemptNumber()  # how many times Spark has run this place's task
         binary = shoal_binary
-        if ship_binary:
-            binary = SparkFiles.get(os.path.basename(shoal_binary))
-            os.chmod(binary, 0o755)
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYSPARK_", "SPARK_")) and k != "PYTHONPATH"}
         if pythonpath:
@@ -113,6 +111,10 @@ def make_place_runner(settings, token, driver_address, key):
 
         def start_agent():
             refused.clear()
+            if ship_binary:
+                shipped = SparkFiles.get(os.path.basename(shoal_binary))
+                os.chmod(shipped, 0o755)
+                argv[0] = shipped
             process = subprocess.Popen(argv, env=env, cwd=work_dir, preexec_fn=die_with_task,
                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT)
@@ -143,7 +145,16 @@ def make_place_runner(settings, token, driver_address, key):
                     line, buffered = buffered.split(b"\n", 1)
                     command = line.decode().strip()
                     if command == "start" and (agent is None or agent.poll() is not None):
-                        agent = start_agent()
+                        try:
+                            agent = start_agent()
+                        except Exception as e:  # noqa: BLE001 - any cause is the job's reason
+                            # No retry of the stage can help (a binary this executor cannot
+                            # run, a missing file): tell the driver why and stay, so that Spark
+                            # does not retry the gang, until the driver ends the task.
+                            agent = None
+                            send(event="agent_failed", error=f"{type(e).__name__}: {e}",
+                                 binary=argv[0])
+                            continue
                         started += 1
                         send(event="agent_started", pid=agent.pid)
                     elif command == "terminate":
@@ -258,6 +269,12 @@ class Places:
                 self.running.add(place)
             emit("agent_started", place=place, host=self.hosts.get(place, ""),
                  attempt=self.attempts.get(place, 0), pid=message.get("pid"))
+        elif event == "agent_failed":
+            with self.lock:
+                self.running.discard(place)
+                self.wanted[place] = "wait"
+            emit("agent_failed", place=place, host=self.hosts.get(place, ""),
+                 error=message.get("error", ""), binary=message.get("binary", ""))
         elif event == "agent_exited":
             status = message.get("status")
             with self.lock:

@@ -316,8 +316,34 @@ void SparkBackend::HandleEvent(const nlohmann::json& event) {
     spdlog::info("{}", why);
     if (first && on_event) on_event({AllocationEvent::kAllocated, why});
   } else if (kind == "agent_started") {
+    {
+      absl::MutexLock lock(&mu_);
+      started_places_.insert(event.value("place", ""));
+    }
     spdlog::info("Spark barrier task on {} started the agent for {} (stage attempt {})",
                  event.value("host", ""), event.value("place", ""), event.value("attempt", 0));
+  } else if (kind == "agent_failed") {
+    std::string place = event.value("place", "");
+    std::string why = absl::StrCat("the Spark barrier task for ", place, " on ",
+                                   event.value("host", ""), " cannot start `",
+                                   event.value("binary", ""), " agent`: ", event.value("error", ""));
+    PlaceLostCallback on_lost;
+    bool first_start, refuse;
+    {
+      absl::MutexLock lock(&mu_);
+      on_lost = on_lost_;
+      first_start = !started_places_.contains(place);
+      refuse = first_start && !refused_;
+      if (refuse) refused_ = true;
+    }
+    spdlog::warn("{}", why);
+    // Never started there: the job cannot run as asked (say so now, not after the agents'
+    // registration deadline). Started before: the replacement failed, the place is lost.
+    if (first_start) {
+      if (refuse && on_event) on_event({AllocationEvent::kRefused, why});
+    } else if (on_lost) {
+      on_lost(place, why);
+    }
   } else if (kind == "place_lost") {
     std::string place = event.value("place", "");
     std::string why = event.value("reason", "");
