@@ -276,6 +276,25 @@ void Agent::Shutdown() {
 
 void Agent::Send(const v1::AgentMessage& message) { link_->Send(message); }
 
+namespace {
+
+v1::AgentMessage TaskExitedMessage(const std::string& key, uint32_t attempt,
+                                   const ProcessExit& exit) {
+  v1::AgentMessage m;
+  auto [role, index] = SplitKey(key);
+  auto* e = m.mutable_task_exited();
+  e->mutable_task()->set_role(role);
+  e->mutable_task()->set_index(index);
+  e->mutable_task()->set_attempt(attempt);
+  e->set_exit_code(exit.exit_code);
+  e->set_signal(exit.signal);
+  e->set_stopped_by_agent(exit.stopped_by_request);
+  e->set_oom_killed(exit.oom_killed);
+  return m;
+}
+
+}  // namespace
+
 void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
   uint32_t attempt = 0;
   {
@@ -287,26 +306,17 @@ void Agent::OnExit(const std::string& key, const ProcessExit& exit) {
     live_.erase(key);
     stopping_.erase(key);
     attempt = attempts_[key];
+    last_exits_[key] = {attempt, exit};
   }
   cv_.SignalAll();
   sdk_->TaskEnded(key, attempt);
-  v1::AgentMessage m;
-  auto [role, index] = SplitKey(key);
-  auto* e = m.mutable_task_exited();
-  e->mutable_task()->set_role(role);
-  e->mutable_task()->set_index(index);
-  e->mutable_task()->set_attempt(attempt);
-  e->set_exit_code(exit.exit_code);
-  e->set_signal(exit.signal);
-  e->set_stopped_by_agent(exit.stopped_by_request);
-  e->set_oom_killed(exit.oom_killed);
   log_batcher_->Flush();  // the task's last words before its exit
   if (exit.oom_killed) {
     v1::AgentMessage notice;
     notice.set_notice(absl::StrCat(key, " was killed for exceeding its memory limit"));
     Send(notice);
   }
-  Send(m);
+  Send(TaskExitedMessage(key, attempt, exit));
 }
 
 bool Agent::Connect() {
@@ -340,6 +350,7 @@ bool Agent::Connect() {
                                   " this node's tasks need; the others were picked by the kernel");
     spdlog::warn("{}", short_of_ports);
   }
+  std::vector<v1::AgentMessage> exits_again;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& key : live_) {
@@ -349,8 +360,21 @@ bool Agent::Connect() {
       t->set_index(index);
       t->set_attempt(attempts_[key]);
     }
+    if (registered_before_) {
+      for (const auto& [key, reported] : last_exits_) {
+        if (!live_.contains(key)) {
+          exits_again.push_back(TaskExitedMessage(key, reported.attempt, reported.exit));
+        }
+      }
+    }
+    registered_before_ = true;
   }
   bool sent = link_->SendFirstThenQueued(reg);
+  // Right after the registration, before the new master gives up on the tasks it expected to
+  // run here (ReconcileNode waits a moment for exactly this).
+  if (sent) {
+    for (const auto& exited : exits_again) Send(exited);
+  }
   if (sent && !short_of_ports.empty()) {
     v1::AgentMessage notice;
     notice.set_notice(short_of_ports);

@@ -136,6 +136,15 @@ class Agent {
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> stopping_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint32_t> attempts_ ABSL_GUARDED_BY(mu_);  // task -> current attempt
+  // Each task's last exit as reported. A master may die with it unread in its socket (the
+  // write succeeded): the agent reports it again to every master it registers with after the
+  // first, and the master ignores what it had seen (an older attempt, a finished task).
+  struct ReportedExit {
+    uint32_t attempt = 0;
+    ProcessExit exit;
+  };
+  std::map<std::string, ReportedExit> last_exits_ ABSL_GUARDED_BY(mu_);
+  bool registered_before_ ABSL_GUARDED_BY(mu_) = false;
   // What the resource samples of a task's current attempt carry beside the measures.
   struct SampledTask {
     int64_t start_unix_ms = 0;

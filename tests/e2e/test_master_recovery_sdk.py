@@ -197,3 +197,58 @@ def test_lease_and_done_are_answered_by_the_master_that_replaced_a_dead_one(
     # The checkpoint reports made in the gap arrived too, once each.
     reported = sorted(e["task"] for e in e2e.events_of(events, "checkpoint"))
     assert reported == ["worker:0", "worker:1"], reported
+
+
+# A task's exit is the same kind of message: written to a master that was stopped and then
+# SIGKILLed, it is lost with that master's socket unless the agent reports it again.
+EXITING_WORKER = """
+import os, sys, time
+out = sys.argv[1]
+open(os.path.join(out, "started"), "w").close()
+while not os.path.exists(os.path.join(out, "go")):
+    time.sleep(0.02)
+print("leaving with status 0", flush=True)
+"""
+
+
+def test_a_task_exit_written_to_a_dying_master_reaches_the_new_one(
+        tmp_path, write_file, write_job, detach_job, run_shoal, jobs_dir, wait_for_state):
+    write_file("worker.py", EXITING_WORKER)
+    out = tmp_path / "out"
+    out.mkdir()
+    # No restarts: a task the new master counted as lost would fail the job.
+    job = write_job(f"""
+        name: recover-exit
+        roles:
+          worker:
+            command: ["/usr/bin/python3", "worker.py", "{out}"]
+            resources: {{cpus: 0.5}}
+        """)
+    job_id = detach_job(job, env={"SHOAL_AGENT_MASTER_GRACE_MS": "20000"})
+    job_dir = jobs_dir / job_id
+    status = wait_for_state(job_id, lambda s: s["tasks"] and s["tasks"][0]["state"] == "running",
+                            60, "the worker running")
+    e2e.wait_until((out / "started").exists, 30, "the worker to start")
+    task_pid = status["tasks"][0]["pid"]
+    master = json.loads((job_dir / "master.json").read_text())
+    old_master, port = master["pid"], int(master["address"].rsplit(":", 1)[1])
+    os.kill(old_master, signal.SIGSTOP)
+    try:
+        unread_before = received_unread(port)
+        (out / "go").touch()
+        e2e.wait_until(lambda: master_dead(task_pid), 30, "the worker to exit")
+        # Its last line and its exit: some 100 bytes, written to a live stream.
+        e2e.wait_until(lambda: received_unread(port) - unread_before >= 60, 10,
+                       "the agent to report the exit to the stopped master")
+    finally:
+        os.kill(old_master, signal.SIGKILL)
+    e2e.wait_until(lambda: master_dead(old_master), 10, "the master to die")
+
+    r = run_shoal("resume", job_id, timeout=180)
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr[-3000:]}"
+    final = json.loads((job_dir / "status.json").read_text())
+    assert final["state"] == "succeeded", final
+    (task,) = final["tasks"]
+    assert task["state"] == "succeeded" and task["restarts"] == 0, task
+    log = (job_dir / "logs.txt").read_text(errors="replace")
+    assert "lost while the master was down" not in log, log[-3000:]
