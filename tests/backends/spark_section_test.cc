@@ -148,5 +148,46 @@ TEST(SparkPropertiesTest, BarrierTasksAreAsBigAsTheBiggestTaskAndGetGpus) {
   EXPECT_EQ(SparkBackend::SparkProperties(*job, options, "")["spark.task.cpus"], "3");
 }
 
+TEST(SparkSectionTest, AgentImageIsAnImageReference) {
+  auto job = Parse("{agent_image: registry.example/shoal-agent:1.0}");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(SparkConfigOf(*job).agent_image, "registry.example/shoal-agent:1.0");
+  auto bad = Parse("{agent_image: \"two words\"}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("job.yaml:2: spark.agent_image: must be an image reference"));
+}
+
+// On Kubernetes, Spark starts exactly spark.executor.instances pods (2 by default, of 1 core):
+// as many as the gang needs, each big enough for its places, their memory outside the heap.
+TEST(SparkPropertiesTest, KubernetesExecutorsAreSizedForTheGang) {
+  auto job = Parse("{}", "{cpus: 2, memory: 1GiB}");
+  ASSERT_TRUE(job.ok()) << job.status();
+  SparkBackendOptions options;
+  options.master = "k8s://https://10.0.0.1:6443";
+  auto conf = SparkBackend::SparkProperties(*job, options, "10.0.0.5");
+  EXPECT_EQ(conf["spark.executor.instances"], "2");
+  EXPECT_EQ(conf["spark.executor.cores"], "2");
+  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "1024m");
+  options.executor_cores = 4;  // both places in one executor
+  conf = SparkBackend::SparkProperties(*job, options, "10.0.0.5");
+  EXPECT_EQ(conf["spark.executor.instances"], "1");
+  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "2048m");
+  // Other masters size their executors themselves.
+  options.master = "spark://h:7077";
+  EXPECT_FALSE(SparkBackend::SparkProperties(*job, options, "").contains("spark.executor.instances"));
+}
+
+TEST(SparkPropertiesTest, TheExecutorPodTemplateBringsTheAgentBundle) {
+  nlohmann::json pod = SparkBackend::ExecutorPodTemplate("registry.example/agent:1", "Never");
+  const auto& init = pod["spec"]["initContainers"][0];
+  EXPECT_EQ(init["image"], "registry.example/agent:1");
+  EXPECT_EQ(init["imagePullPolicy"], "Never");
+  EXPECT_EQ(init["volumeMounts"][0]["mountPath"], "/mnt/shoal");
+  const auto& executor = pod["spec"]["containers"][0];
+  EXPECT_EQ(executor["volumeMounts"][0]["mountPath"], "/opt/shoal");
+  EXPECT_EQ(pod["spec"]["volumes"][0]["name"], executor["volumeMounts"][0]["name"]);
+}
+
 }  // namespace
 }  // namespace shoal::backends

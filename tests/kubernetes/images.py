@@ -5,6 +5,10 @@
   images.py busybox NAME CACHE_DIR                 Debian's static busybox with its applets
   images.py debian  NAME CACHE_DIR PACKAGE...      the installed Debian packages PACKAGE... and
                                                    everything they depend on, from this machine
+  images.py spark   NAME CACHE_DIR VENV PACKAGE... a Spark executor image: `debian` of PACKAGE...
+                                                   (a Java runtime among them), the virtual
+                                                   environment VENV (with PySpark) at its path,
+                                                   and spark_executor_entrypoint.py
 
 Each prints the archive's path as its last line. An archive is named after the image and a
 hash of its inputs (package versions, this script), so a second call only finds it; nothing
@@ -15,6 +19,7 @@ exactly the host's python3, torch, ... and needs neither a registry nor debootst
 
 import hashlib
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -257,36 +262,113 @@ def collect_paths(todo, paths=None):
     return paths
 
 
-def cmd_debian(name, cache_dir, roots):
+def debian_closure(roots):
+    """(chosen packages, their `binary=version` lines) for `roots` and their dependencies."""
     packages, providers = installed_packages()
     chosen = closure(roots, packages, providers)
     versions = "\n".join(f"{packages[p]['binary']}={packages[p]['version']}" for p in chosen)
+    return [packages[p]["binary"] for p in chosen], versions
+
+
+def add_debian_files(layer, name, binaries):
+    """The packages' files, as on this machine, with the links and base files they need."""
+    paths = rootfs_paths(package_files(binaries))
+    log(f"{name}: {len(binaries)} packages, {len(paths)} paths")
+    for link in MERGED_USR_LINKS:
+        if os.path.islink("/" + link) and os.path.exists("/" + link):
+            layer.add_symlink(link, os.readlink("/" + link))
+    add_base_files(layer)
+    for path in paths:
+        if path in ("/etc", "/tmp", "/root") or path.lstrip("/") in MERGED_USR_LINKS:
+            continue
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            continue
+        layer.add_path(path, path.lstrip("/"))
+    # The host's loader cache: it names these libraries where they are here; the loader
+    # falls back to its default directories for any it names that the image lacks.
+    if os.path.exists("/etc/ld.so.cache"):
+        layer.add_path("/etc/ld.so.cache", "etc/ld.so.cache")
+
+
+def cmd_debian(name, cache_dir, roots):
+    binaries, versions = debian_closure(roots)
     key = input_hash(name, versions)
+    return build(cache_dir, name, key, lambda layer: add_debian_files(layer, name, binaries),
+                 cmd=["python3"], env=oci_archive.DEFAULT_ENV + ["LANG=C.UTF-8"])
+
+
+# ------------------------------------------------------------------------------------------
+# spark: a Spark executor image for Spark's Kubernetes scheduler
+
+SPARK_ENTRYPOINT = os.path.join(HERE, "spark_executor_entrypoint.py")
+SPARK_ENTRYPOINT_IN_IMAGE = "/opt/shoal-spark/entrypoint.py"
+
+
+def tree_paths(root):
+    """Every path under `root` (itself included), parents first, in a stable order."""
+    out = [root]
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for entry in dirs + sorted(files):
+            out.append(os.path.join(folder, entry))
+    return out
+
+
+def tree_listing(paths):
+    """What changes when a file of the tree does: each path's kind, size and mtime."""
+    lines = []
+    for path in paths:
+        st = os.lstat(path)
+        lines.append(f"{path} {stat.S_IFMT(st.st_mode)} {st.st_size} {st.st_mtime_ns}")
+    return "\n".join(lines)
+
+
+def java_home(binaries):
+    """The Java runtime's folder among the packages' files (/usr/lib/jvm/NAME/bin/java)."""
+    javas = sorted(f for f in package_files(binaries)
+                   if re.fullmatch(r"/usr/lib/jvm/[^/]+/bin/java", f))
+    if not javas:
+        die("no Java runtime among the packages (give openjdk-17-jre-headless)")
+    return os.path.dirname(os.path.dirname(javas[0]))
+
+
+def cmd_spark(name, cache_dir, venv, roots):
+    """The packages `roots` (a Java runtime, the Python the venv was made from, whatever the
+    tasks need) and the venv at its own path, so that the driver's PYSPARK_PYTHON names a
+    Python with PySpark in the executors too; SPARK_HOME is PySpark's folder (its jars)."""
+    python = os.path.join(venv, "bin", "python")
+    if not os.access(python, os.X_OK):
+        die(f"no Python at {python}: {venv} is not a virtual environment (setup.sh makes it)")
+    found = subprocess.run([python, "-c", "import os, pyspark; "
+                            "print(os.path.dirname(pyspark.__file__))"],
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        die(f"{python} cannot import pyspark: {found.stderr.strip().splitlines()[-1:]}")
+    spark_home = found.stdout.strip()
+    binaries, versions = debian_closure(roots)
+    home = java_home(binaries)
+    venv_paths = tree_paths(os.path.realpath(venv))
+    with open(SPARK_ENTRYPOINT, "rb") as f:
+        entrypoint = f.read()
+    key = input_hash(name, versions, home, tree_listing(venv_paths), entrypoint)
 
     def fill(layer):
-        paths = rootfs_paths(package_files([packages[p]["binary"] for p in chosen]))
-        log(f"{name}: {len(chosen)} packages, {len(paths)} paths")
-        for link in MERGED_USR_LINKS:
-            if os.path.islink("/" + link) and os.path.exists("/" + link):
-                layer.add_symlink(link, os.readlink("/" + link))
-        add_base_files(layer)
-        for path in paths:
-            if path in ("/etc", "/tmp", "/root") or path.lstrip("/") in MERGED_USR_LINKS:
-                continue
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
+        add_debian_files(layer, name, binaries)
+        for path in venv_paths:
+            if "/__pycache__" in path or stat.S_ISSOCK(os.lstat(path).st_mode):
                 continue
             layer.add_path(path, path.lstrip("/"))
-        # The host's loader cache: it names these libraries where they are here; the loader
-        # falls back to its default directories for any it names that the image lacks.
-        if os.path.exists("/etc/ld.so.cache"):
-            layer.add_path("/etc/ld.so.cache", "etc/ld.so.cache")
+        layer.add_dir("opt/shoal-spark")
+        layer.add_bytes(SPARK_ENTRYPOINT_IN_IMAGE.lstrip("/"), entrypoint, mode=0o755)
 
-    return build(cache_dir, name, key, fill, cmd=["python3"],
-                 env=oci_archive.DEFAULT_ENV + ["LANG=C.UTF-8"])
+    return build(cache_dir, name, key, fill,
+                 entrypoint=["/usr/bin/python3", "-I", SPARK_ENTRYPOINT_IN_IMAGE],
+                 env=oci_archive.DEFAULT_ENV + ["LANG=C.UTF-8", f"JAVA_HOME={home}",
+                                                f"SPARK_HOME={spark_home}"])
 
 
 def main(argv):
-    if len(argv) < 3 or argv[0] not in ("pause", "busybox", "debian"):
+    if len(argv) < 3 or argv[0] not in ("pause", "busybox", "debian", "spark"):
         sys.stderr.write(__doc__)
         return 2
     kind, name, cache_dir = argv[0], argv[1], argv[2]
@@ -294,6 +376,10 @@ def main(argv):
         print(cmd_pause(name, cache_dir))
     elif kind == "busybox":
         print(cmd_busybox(name, cache_dir))
+    elif kind == "spark":
+        if len(argv) < 5:
+            die("spark needs a VENV and at least one PACKAGE")
+        print(cmd_spark(name, cache_dir, argv[3], argv[4:]))
     else:
         if len(argv) < 4:
             die("debian needs at least one PACKAGE")

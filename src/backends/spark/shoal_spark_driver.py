@@ -328,6 +328,11 @@ def main():
 
     from pyspark import SparkConf, SparkContext
 
+    # Until the stage runs no agent can register: the job is queued from now on, not only once
+    # the context is up (its JVM, and on Kubernetes its client, can take longer than the
+    # master's registration deadline on a loaded machine).
+    emit("queued", reason=f"Spark has not started the barrier stage yet: the application "
+                          f"{settings['app_name']} is starting (master {settings['master']})")
     conf = SparkConf().setAppName(settings["app_name"]).setMaster(settings["master"])
     for key, value in settings["conf"].items():
         conf.set(key, value)

@@ -33,6 +33,26 @@ constexpr char kDriverFile[] = "shoal_spark_driver.py";
 // the cluster is busy. Shoal queues instead, checking every second, as long as it takes.
 constexpr char kBarrierCheckInterval[] = "1s";
 constexpr char kBarrierCheckMaxFailures[] = "2147483647";
+// k8s:// masters: where the executor pods hold the agent bundle (the Kubernetes backend's
+// layout: its binary runs with its own C library and loader in any image), the pod template's
+// executor container, and the file the template is written to in the state directory.
+constexpr char kAgentBundleDir[] = "/opt/shoal";
+constexpr char kExecutorContainer[] = "spark-kubernetes-executor";
+constexpr char kPodTemplateFile[] = "executor-pod-template.json";
+
+bool IsKubernetesMaster(const std::string& master) { return absl::StartsWith(master, "k8s://"); }
+
+uint32_t TaskCount(const spec::JobSpec& job) {
+  uint32_t n = 0;
+  for (const auto& role : job.roles) n += role.instances;
+  return n;
+}
+
+uint64_t TaskMemoryMiB(const spec::JobSpec& job) {
+  uint64_t bytes = 0;
+  for (const auto& role : job.roles) bytes = std::max(bytes, role.resources.memory_bytes);
+  return (bytes + (1 << 20) - 1) >> 20;
+}
 
 uint32_t TaskCpus(const spec::JobSpec& job) {
   double cpus = 1;
@@ -81,12 +101,51 @@ std::map<std::string, std::string> SparkBackend::SparkProperties(
   if (options.executor_cores > 0) {
     conf["spark.executor.cores"] = std::to_string(options.executor_cores);
   }
+  if (IsKubernetesMaster(options.master)) {
+    // Kubernetes starts exactly spark.executor.instances executor pods (Spark's default is 2,
+    // of 1 core each): as many as the gang needs, each big enough for at least one place.
+    uint32_t executor_cores = options.executor_cores > 0 ? options.executor_cores : task_cpus;
+    conf["spark.executor.cores"] = std::to_string(executor_cores);
+    uint32_t tasks_per_executor = std::max(1u, executor_cores / task_cpus);
+    conf["spark.executor.instances"] =
+        std::to_string((TaskCount(job) + tasks_per_executor - 1) / tasks_per_executor);
+    // The places' agents and tasks run in the executor pod, outside the JVM's heap, and the
+    // pod's memory limit is heap + overhead: the overhead holds the tasks' memory (at least
+    // Spark's own minimum, 384m).
+    if (uint64_t mib = TaskMemoryMiB(job); mib > 0) {
+      conf["spark.executor.memoryOverhead"] =
+          absl::StrCat(std::max<uint64_t>(384, mib * tasks_per_executor), "m");
+    }
+  }
   conf["spark.scheduler.barrier.maxConcurrentTasksCheck.interval"] = kBarrierCheckInterval;
   conf["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] = kBarrierCheckMaxFailures;
   // Executors reach the driver where the agents reach the master: the same machine.
   if (!driver_host.empty()) conf["spark.driver.host"] = driver_host;
   for (const auto& [key, value] : options.conf) conf[key] = value;
   return conf;
+}
+
+nlohmann::json SparkBackend::ExecutorPodTemplate(const std::string& agent_image,
+                                                 const std::string& pull_policy) {
+  // The agent image's default command copies its /opt/shoal into /mnt/shoal; the executor
+  // container sees that copy at /opt/shoal. Spark adds its own settings (image, env, ports,
+  // resources, local dirs) to this container and keeps the rest of the pod.
+  nlohmann::json volume_mount = {{"name", "shoal-agent"}, {"mountPath", "/mnt/shoal"}};
+  nlohmann::json init = {{"name", "shoal-agent"},
+                         {"image", agent_image},
+                         {"volumeMounts", nlohmann::json::array({volume_mount})}};
+  if (!pull_policy.empty()) init["imagePullPolicy"] = pull_policy;
+  nlohmann::json executor = {
+      {"name", kExecutorContainer},
+      {"volumeMounts", nlohmann::json::array(
+                           {{{"name", "shoal-agent"}, {"mountPath", kAgentBundleDir}}})}};
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"spec",
+           {{"initContainers", nlohmann::json::array({init})},
+            {"containers", nlohmann::json::array({executor})},
+            {"volumes", nlohmann::json::array(
+                            {{{"name", "shoal-agent"}, {"emptyDir", nlohmann::json::object()}}})}}}};
 }
 
 absl::StatusOr<std::vector<NodeGrant>> SparkBackend::Acquire(const spec::JobSpec& job,
@@ -125,19 +184,43 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
   uint32_t task_gpus = TaskGpus(job_);
   std::string task_resources = absl::StrCat(TaskCpus(job_), " core", TaskCpus(job_) == 1 ? "" : "s");
   if (task_gpus > 0) absl::StrAppend(&task_resources, ", ", task_gpus, " GPU", task_gpus == 1 ? "" : "s");
+  std::map<std::string, std::string> conf =
+      SparkProperties(job_, options_, HostOf(options.master_address));
+  if (auto st = MakeDirs(options_.state_dir); !st.ok()) return st;
+  std::string shoal_binary = options.shoal_binary;
+  std::string pythonpath;
+  if (const char* path = std::getenv("PYTHONPATH"); path != nullptr && *path != '\0') {
+    pythonpath = path;
+  }
+  if (IsKubernetesMaster(options_.master)) {
+    // Executor pods run Shoal's agent bundle from the agent image (an init container copies it
+    // in), whatever the executor image holds; the job's own conf may name another template.
+    shoal_binary = absl::StrCat(kAgentBundleDir, "/bin/shoal");
+    pythonpath = absl::StrCat(kAgentBundleDir, "/python");
+    if (!options_.conf.contains("spark.kubernetes.executor.podTemplateFile")) {
+      std::string pull_policy;
+      if (auto it = conf.find("spark.kubernetes.container.image.pullPolicy"); it != conf.end()) {
+        pull_policy = it->second;
+      }
+      std::string path = options_.state_dir + "/" + kPodTemplateFile;
+      if (auto st = ReplaceFile(path, ExecutorPodTemplate(options_.agent_image, pull_policy).dump(2));
+          !st.ok()) {
+        return st;
+      }
+      conf["spark.kubernetes.executor.podTemplateFile"] = path;
+      conf["spark.kubernetes.executor.podTemplateContainerName"] = kExecutorContainer;
+    }
+  }
   nlohmann::json settings = {
       {"master", options_.master},
       {"app_name", ApplicationName()},
-      {"conf", SparkProperties(job_, options_, HostOf(options.master_address))},
+      {"conf", conf},
       {"places", places},
       {"agent_args", agent_args},
-      {"shoal_binary", options.shoal_binary},
+      {"shoal_binary", shoal_binary},
       {"ship_binary", options_.ship_binary},
       {"task_resources", task_resources}};
-  if (const char* path = std::getenv("PYTHONPATH"); path != nullptr && *path != '\0') {
-    settings["pythonpath"] = path;
-  }
-  if (auto st = MakeDirs(options_.state_dir); !st.ok()) return st;
+  if (!pythonpath.empty()) settings["pythonpath"] = pythonpath;
   std::string program = options_.state_dir + "/" + kDriverFile;
   std::string settings_path = options_.state_dir + "/driver.json";
   if (auto st = ReplaceFile(program, DriverProgram()); !st.ok()) return st;

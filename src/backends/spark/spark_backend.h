@@ -29,6 +29,10 @@ struct SparkBackendOptions {
   // addFile; each barrier task runs the copy SparkFiles gives it) rather than being run from
   // its path here, which only a cluster sharing this machine's filesystem can do.
   bool ship_binary = false;
+  // k8s:// masters only: the image whose /opt/shoal (the agent bundle, tools/kubernetes/
+  // agent_image.py) an init container copies into each executor pod, where the barrier tasks
+  // run /opt/shoal/bin/shoal. Empty for other masters.
+  std::string agent_image;
   // Where the driver program, its settings and its log live: <job dir>/agents/spark.
   std::string state_dir;
   // How long a stopping driver has to end the application before it is killed.
@@ -76,6 +80,10 @@ class SparkBackend final : public Backend {
   static std::map<std::string, std::string> SparkProperties(const spec::JobSpec& job,
                                                             const SparkBackendOptions& options,
                                                             const std::string& driver_host);
+  // k8s:// masters: the executor pod template (spark.kubernetes.executor.podTemplateFile)
+  // that brings the agent bundle of `agent_image` into every executor pod, at /opt/shoal.
+  static nlohmann::json ExecutorPodTemplate(const std::string& agent_image,
+                                            const std::string& pull_policy);
   // The driver program (shoal_spark_driver.py), as built into this binary.
   static const char* DriverProgram();
 

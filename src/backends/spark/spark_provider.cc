@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "backends/spark/spark_backend.h"
 #include "backends/spark/spark_section.h"
@@ -121,6 +122,80 @@ bool ShipBinary(const std::string& master) {
   return !SharesThisFilesystem(master);
 }
 
+bool IsKubernetesMaster(const std::string& master) { return absl::StartsWith(master, "k8s://"); }
+
+// The host and port of a k8s://[https://|http://]HOST[:PORT][/PATH] master's API server (Spark
+// reads k8s://HOST:PORT as https).
+std::pair<std::string, std::string> KubernetesApiAddress(absl::string_view master) {
+  absl::ConsumePrefix(&master, "k8s://");
+  std::string port = "443";
+  if (absl::ConsumePrefix(&master, "http://")) {
+    port = "80";
+  } else {
+    absl::ConsumePrefix(&master, "https://");
+  }
+  master = master.substr(0, master.find('/'));
+  std::string host(master);
+  size_t colon = master.rfind(':');
+  if (colon != absl::string_view::npos && master.find(']', colon) == absl::string_view::npos) {
+    host = std::string(master.substr(0, colon));
+    port = std::string(master.substr(colon + 1));
+  }
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return {host, port};
+}
+
+bool IsFile(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+// What the driver lacks to reach a k8s:// master, empty when nothing: the executors' image
+// (Spark refuses to start without one), credentials for the API server (in client mode the
+// driver's Kubernetes client reads $KUBECONFIG or ~/.kube/config, a service account's token
+// inside a pod, or spark.kubernetes.authenticate.* properties), and the server itself.
+std::string KubernetesProblem(const std::string& master, const SparkConfig& section) {
+  const auto& conf = section.conf;
+  if (!conf.contains("spark.kubernetes.container.image") &&
+      !conf.contains("spark.kubernetes.executor.container.image")) {
+    return absl::StrCat(
+        "--backend spark with master ", master,
+        " needs the executors' image: set `spark: {conf: {spark.kubernetes.container.image: "
+        "IMAGE}}` in the job file (an image with Java 17, PySpark's jars and the Python of "
+        "SHOAL_SPARK_PYTHON at the same path; docs/backends/spark.md)");
+  }
+  bool credentials = false;
+  for (const auto& [key, value] : conf) {
+    if (absl::StartsWith(key, "spark.kubernetes.authenticate.")) credentials = true;
+  }
+  const char* kubeconfig = std::getenv("KUBECONFIG");
+  if (!credentials && kubeconfig != nullptr && *kubeconfig != '\0') {
+    for (absl::string_view path : absl::StrSplit(kubeconfig, ':', absl::SkipEmpty())) {
+      if (IsFile(std::string(path))) credentials = true;
+    }
+    if (!credentials) {
+      return absl::StrCat("--backend spark with master ", master, ": KUBECONFIG=", kubeconfig,
+                          " names no readable file");
+    }
+  }
+  if (!credentials) {
+    const char* home = std::getenv("HOME");
+    credentials = (home != nullptr && IsFile(absl::StrCat(home, "/.kube/config"))) ||
+                  IsFile("/var/run/secrets/kubernetes.io/serviceaccount/token");
+  }
+  if (!credentials) {
+    return absl::StrCat("--backend spark with master ", master,
+                        ": no credentials for the Kubernetes API server: set KUBECONFIG (or "
+                        "write ~/.kube/config), or give spark.kubernetes.authenticate.* "
+                        "properties in the job file's spark.conf");
+  }
+  auto [host, port] = KubernetesApiAddress(master);
+  if (absl::Status st = Connects(host, port, 3000); !st.ok()) {
+    return absl::StrCat("--backend spark: the Kubernetes API server of ", master,
+                        " does not answer: ", st.message());
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string SparkPython() {
@@ -192,6 +267,12 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
                        " does not answer: ", absl::StrJoin(problems, "; ")));
     }
   }
+  const SparkConfig& section = SparkConfigOf(*request.job);
+  if (IsKubernetesMaster(*master)) {
+    if (std::string problem = KubernetesProblem(*master, section); !problem.empty()) {
+      return absl::FailedPreconditionError(problem);
+    }
+  }
   Preflight out;
   out.listen_host = request.listen_host;
   if (out.listen_host.empty()) {
@@ -213,7 +294,6 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
           "(the Shoal master and the Spark driver listen there)"));
     }
   }
-  const SparkConfig& section = SparkConfigOf(*request.job);
   nlohmann::json conf = nlohmann::json::object();
   for (const auto& [k, v] : section.conf) conf[k] = v;
   out.settings = {{"master", *master},
@@ -222,6 +302,12 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
                   {"executor_cores", section.executor_cores},
                   {"conf", conf},
                   {"ship_binary", ShipBinary(*master)}};
+  if (IsKubernetesMaster(*master)) {
+    // Executor pods get the agent bundle from an image, never the binary from this machine.
+    out.settings["ship_binary"] = false;
+    out.settings["agent_image"] =
+        section.agent_image.empty() ? kDefaultSparkAgentImage : section.agent_image;
+  }
   return out;
 }
 
@@ -241,6 +327,7 @@ absl::StatusOr<CreatedBackend> SparkProvider::Create(const BackendContext& conte
     }
   }
   spark.ship_binary = settings.value("ship_binary", false);
+  spark.agent_image = settings.value("agent_image", std::string());
   spark.state_dir = context.job_dir + "/agents/spark";
   if (spark.master.empty()) {
     return absl::InvalidArgumentError(

@@ -13,13 +13,14 @@
 namespace shoal::backends {
 namespace {
 
-constexpr absl::string_view kSparkKeys[] = {"master", "deploy_mode", "executor_memory",
-                                            "executor_cores", "conf"};
+constexpr absl::string_view kSparkKeys[] = {"master",         "deploy_mode", "executor_memory",
+                                            "executor_cores", "agent_image", "conf"};
 constexpr uint32_t kMaxExecutorCores = 1024;
 
 std::shared_ptr<const spec::SectionValue> ParseSparkSection(spec::SectionReader& section) {
   auto out = std::make_shared<SparkConfig>();
-  if (!section.ExpectMap("master, deploy_mode, executor_memory, executor_cores and/or conf, "
+  if (!section.ExpectMap("master, deploy_mode, executor_memory, executor_cores, agent_image "
+                         "and/or conf, "
                          "e.g. {master: \"spark://host:7077\", executor_memory: 1g}")) {
     return out;
   }
@@ -58,6 +59,16 @@ std::shared_ptr<const spec::SectionValue> ParseSparkSection(spec::SectionReader&
       section.Error("executor_cores",
                     absl::StrCat("must be a whole number of cores from 1 to ", kMaxExecutorCores,
                                  ", got ", section.Describe("executor_cores")));
+    }
+  }
+  if (auto image = section.Text("agent_image", "an image reference, e.g. "
+                                                "registry.example/shoal-agent:1.0")) {
+    if (!image->empty() && image->find_first_of(" \t\n") == std::string::npos) {
+      out->agent_image = *image;
+    } else {
+      section.Error("agent_image", absl::StrCat("must be an image reference, e.g. "
+                                                "registry.example/shoal-agent:1.0, got ",
+                                                section.Describe("agent_image")));
     }
   }
   if (std::unique_ptr<spec::SectionReader> conf = section.Nested("conf")) {

@@ -16,11 +16,18 @@ struct SparkConfig : spec::SectionValue {
   std::string deploy_mode;      // only "client": the Shoal master runs beside the driver
   std::string executor_memory;  // Spark's size syntax: 512m, 1g
   uint32_t executor_cores = 0;
+  // k8s:// masters: the image that brings Shoal's agent bundle into the executor pods (empty:
+  // kDefaultSparkAgentImage).
+  std::string agent_image;
   std::map<std::string, std::string> conf;  // more Spark properties, spark.*
 };
 
 // The `spark:` section of the job file, for the parser (spec::JobSections).
 spec::JobSection SparkJobSection();
+
+// The agent image executor pods get on k8s:// masters when the job file names none: the one
+// tools/kubernetes/agent_image.py makes, as the Kubernetes backend's default.
+inline constexpr char kDefaultSparkAgentImage[] = "localhost/shoal-agent:latest";
 
 // The job file's `spark:` section, or the defaults when it has none.
 const SparkConfig& SparkConfigOf(const spec::JobSpec& job);
