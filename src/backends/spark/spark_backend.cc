@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "backends/spark/spark_on_yarn.h"
 #include "common/files.h"
 #include "process/exec_plan.h"
 #include "process/process.h"
@@ -121,6 +122,12 @@ std::map<std::string, std::string> SparkBackend::SparkProperties(
   conf["spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures"] = kBarrierCheckMaxFailures;
   // Executors reach the driver where the agents reach the master: the same machine.
   if (!driver_host.empty()) conf["spark.driver.host"] = driver_host;
+  if (options.master == "yarn") {
+    for (auto& [key, value] : SparkOnYarnProperties(job, options.executor_cores,
+                                                    options.executor_memory, options.spark_home)) {
+      conf[key] = value;
+    }
+  }
   for (const auto& [key, value] : options.conf) conf[key] = value;
   return conf;
 }
@@ -237,6 +244,11 @@ absl::Status SparkBackend::StartAgents(const AgentStartOptions& options) {
   spec.env["PYSPARK_PYTHON"] = options_.python;
   spec.env["PYSPARK_DRIVER_PYTHON"] = options_.python;
   spec.env["PYTHONUNBUFFERED"] = "1";
+  if (!options_.hadoop_conf_dir.empty()) {
+    // Where Spark's YARN client finds the ResourceManager (checked before the job started).
+    spec.env["HADOOP_CONF_DIR"] = options_.hadoop_conf_dir;
+    spec.env["YARN_CONF_DIR"] = options_.hadoop_conf_dir;
+  }
   auto plan = process::ExecPlan::Build(spec);
   if (!plan.ok()) return plan.status();
   std::string log_path = options_.state_dir + "/driver.log";

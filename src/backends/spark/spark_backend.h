@@ -33,6 +33,11 @@ struct SparkBackendOptions {
   // agent_image.py) an init container copies into each executor pod, where the barrier tasks
   // run /opt/shoal/bin/shoal. Empty for other masters.
   std::string agent_image;
+  // Master yarn only: the cluster's configuration directory (HADOOP_CONF_DIR and YARN_CONF_DIR
+  // of the driver), and PySpark's directory here (its jars are used from that path on the
+  // nodes: SparkOnYarnProperties).
+  std::string hadoop_conf_dir;
+  std::string spark_home;
   // Where the driver program, its settings and its log live: <job dir>/agents/spark.
   std::string state_dir;
   // How long a stopping driver has to end the application before it is killed.

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -18,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "backends/spark/spark_backend.h"
+#include "backends/spark/spark_on_yarn.h"
 #include "backends/spark/spark_section.h"
 #include "common/local_address.h"
 #include "process/exec_plan.h"
@@ -64,8 +67,9 @@ absl::Status Connects(const std::string& host, const std::string& port, int time
   return absl::UnavailableError(absl::StrCat("cannot connect to ", host, ":", port, ": ", last));
 }
 
-// Runs `python -c 'import pyspark'`: what it printed when it fails.
-absl::Status CanImportPyspark(const std::string& python) {
+// Runs `python` to import pyspark: PySpark's directory (where its jars are), or what the Python
+// printed when it fails.
+absl::StatusOr<std::string> PysparkHome(const std::string& python) {
   if (::access(python.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("no Python at ", python, ": ", std::strerror(errno)));
   }
@@ -73,7 +77,7 @@ absl::Status CanImportPyspark(const std::string& python) {
   if (::pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
   process::ProcessSpec spec;
   spec.key = "pyspark-check";
-  spec.argv = {python, "-c", "import pyspark"};
+  spec.argv = {python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"};
   spec.env = InheritedEnvironment({"SHOAL_AGENT_TOKEN"});
   process::ChildSetup setup;
   setup.stdout_fd = setup.stderr_fd = out[1];
@@ -94,17 +98,20 @@ absl::Status CanImportPyspark(const std::string& python) {
   int status = 0;
   while (::waitpid(child->pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
   std::string said(absl::StripAsciiWhitespace(text));
   size_t last_line = said.rfind('\n');
   if (last_line != std::string::npos) said = said.substr(last_line + 1);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return said;
   return absl::FailedPreconditionError(said.empty() ? "it failed" : said);
 }
 
 // Whether executors started by `master` see this machine's filesystem: a standalone master on
-// this machine's loopback, or local-cluster (its workers are processes of this machine).
-bool SharesThisFilesystem(const std::string& master) {
+// this machine's loopback, local-cluster (its workers are processes of this machine), or YARN
+// whose ResourceManager is on this machine's loopback (`yarn_rm_host`: its host, for yarn; a
+// cluster whose NodeManagers reach the ResourceManager on loopback is this machine).
+bool SharesThisFilesystem(const std::string& master, const std::string& yarn_rm_host) {
   if (absl::StartsWith(master, "local-cluster[")) return true;
+  if (master == "yarn") return common::IsLoopbackHost(yarn_rm_host);
   auto addresses = SparkStandaloneAddresses(master);
   if (addresses.empty()) return false;
   for (const auto& [host, port] : addresses) {
@@ -115,11 +122,11 @@ bool SharesThisFilesystem(const std::string& master) {
 
 // Whether the agents' binary travels with the application: where the executors cannot see
 // this machine's files, or when SHOAL_SPARK_SHIP_BINARY=1 says so (0: never).
-bool ShipBinary(const std::string& master) {
+bool ShipBinary(const std::string& master, const std::string& yarn_rm_host) {
   const char* env = std::getenv("SHOAL_SPARK_SHIP_BINARY");
   if (env != nullptr && std::string_view(env) == "1") return true;
   if (env != nullptr && std::string_view(env) == "0") return false;
-  return !SharesThisFilesystem(master);
+  return !SharesThisFilesystem(master, yarn_rm_host);
 }
 
 bool IsKubernetesMaster(const std::string& master) { return absl::StartsWith(master, "k8s://"); }
@@ -244,10 +251,32 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
   absl::StatusOr<std::string> master = SparkMasterFor(*request.job, request.flags);
   if (!master.ok()) return master.status();
   std::string python = SparkPython();
-  if (auto st = CanImportPyspark(python); !st.ok()) {
+  absl::StatusOr<std::string> spark_home = PysparkHome(python);
+  if (!spark_home.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--backend spark: cannot import pyspark with ", python,
-        " (SHOAL_SPARK_PYTHON names a Python with PySpark): ", st.message()));
+        " (SHOAL_SPARK_PYTHON names a Python with PySpark): ", spark_home.status().message()));
+  }
+  // yarn: the cluster's configuration (Spark's YARN client reads it) and a ResourceManager that
+  // answers, whose route gives the master's address.
+  std::string hadoop_conf_dir;
+  std::optional<std::pair<std::string, std::string>> resource_manager;
+  if (*master == "yarn") {
+    absl::StatusOr<std::string> dir = YarnConfDir();
+    if (!dir.ok()) return dir.status();
+    hadoop_conf_dir = *dir;
+    auto rm = YarnResourceManagerAddress(hadoop_conf_dir);
+    if (!rm.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--backend spark with master yarn: ", rm.status().message()));
+    }
+    if (absl::Status st = Connects(rm->first, rm->second, 3000); !st.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--backend spark: the YARN ResourceManager at ", rm->first, ":", rm->second,
+          " (yarn.resourcemanager.address in ", hadoop_conf_dir, "/yarn-site.xml) does not "
+          "answer: ", st.message()));
+    }
+    resource_manager = *rm;
   }
   auto standalone = SparkStandaloneAddresses(*master);
   if (!standalone.empty()) {
@@ -287,6 +316,16 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
       out.listen_host = *address;
     } else if (absl::StartsWith(*master, "local-cluster[")) {
       out.listen_host = "127.0.0.1";
+    } else if (resource_manager) {
+      auto address = common::LocalAddressTowards(resource_manager->first,
+                                                 resource_manager->second,
+                                                 "the YARN ResourceManager");
+      if (!address.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--backend spark: ", address.status().message(),
+                         "; give the address executors reach this machine at with --listen"));
+      }
+      out.listen_host = *address;
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--backend spark with master ", *master,
@@ -301,12 +340,17 @@ absl::StatusOr<Preflight> SparkProvider::Check(const PreflightRequest& request) 
                   {"executor_memory", section.executor_memory},
                   {"executor_cores", section.executor_cores},
                   {"conf", conf},
-                  {"ship_binary", ShipBinary(*master)}};
+                  {"ship_binary",
+                   ShipBinary(*master, resource_manager ? resource_manager->first : "")}};
   if (IsKubernetesMaster(*master)) {
     // Executor pods get the agent bundle from an image, never the binary from this machine.
     out.settings["ship_binary"] = false;
     out.settings["agent_image"] =
         section.agent_image.empty() ? kDefaultSparkAgentImage : section.agent_image;
+  }
+  if (!hadoop_conf_dir.empty()) {
+    out.settings["hadoop_conf_dir"] = hadoop_conf_dir;
+    out.settings["spark_home"] = *spark_home;
   }
   return out;
 }
@@ -328,6 +372,8 @@ absl::StatusOr<CreatedBackend> SparkProvider::Create(const BackendContext& conte
   }
   spark.ship_binary = settings.value("ship_binary", false);
   spark.agent_image = settings.value("agent_image", std::string());
+  spark.hadoop_conf_dir = settings.value("hadoop_conf_dir", "");
+  spark.spark_home = settings.value("spark_home", "");
   spark.state_dir = context.job_dir + "/agents/spark";
   if (spark.master.empty()) {
     return absl::InvalidArgumentError(
