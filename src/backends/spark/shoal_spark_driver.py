@@ -183,6 +183,51 @@ def make_place_runner(settings, token, driver_address, key):
     return run_place
 
 
+def watch_yarn_admission(app_name, up):
+    """Master yarn: until the SparkContext is up (`up` set), reports why YARN has not started the
+    application's master yet (its queue full, no room for the AM container), in YARN's words,
+    as `queued`. SparkContext() blocks until the application runs, and says nothing meanwhile."""
+    from pyspark import SparkContext
+    jvm = SparkContext._jvm
+    try:
+        records = jvm.org.apache.hadoop.yarn.api.records
+        client = jvm.org.apache.hadoop.yarn.client.api.YarnClient.createYarnClient()
+        client.init(jvm.org.apache.hadoop.yarn.conf.YarnConfiguration())
+        client.start()
+    except Exception as e:  # no reason to report is no reason to fail the job
+        print(f"cannot watch YARN's admission of {app_name}: {e}", file=sys.stderr, flush=True)
+        return
+    try:
+        types = jvm.java.util.HashSet()
+        types.add("SPARK")
+        states = jvm.java.util.EnumSet.noneOf(
+            jvm.java.lang.Class.forName("org.apache.hadoop.yarn.api.records.YarnApplicationState"))
+        for state in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED"):
+            states.add(getattr(records.YarnApplicationState, state))
+        last = None
+        while not up.wait(1.0):
+            for report in client.getApplications(types, states):
+                if report.getName() != app_name:
+                    continue
+                diagnostics = " ".join((report.getDiagnostics() or "").split())
+                reason = (f"YARN has not started the application master of {app_name} "
+                          f"({report.getApplicationId().toString()}, queue {report.getQueue()}) "
+                          f"yet: {report.getYarnApplicationState().toString()}"
+                          + (f": {diagnostics}" if diagnostics else ""))
+                if reason != last:
+                    emit("queued", reason=reason)
+                    last = reason
+    except Exception as e:
+        if not up.is_set():
+            print(f"stopped watching YARN's admission of {app_name}: {e}", file=sys.stderr,
+                  flush=True)
+    finally:
+        try:
+            client.stop()
+        except Exception:
+            pass
+
+
 class Places:
     """The barrier tasks that dialled back, by place, and what each place should do next."""
 
@@ -336,7 +381,13 @@ def main():
     conf = SparkConf().setAppName(settings["app_name"]).setMaster(settings["master"])
     for key, value in settings["conf"].items():
         conf.set(key, value)
+    context_up = threading.Event()
+    if settings["master"] == "yarn":
+        SparkContext._ensure_initialized(conf=conf)  # the JVM, before the blocking SparkContext
+        threading.Thread(target=watch_yarn_admission, args=(settings["app_name"], context_up),
+                         daemon=True).start()
     sc = SparkContext(conf=conf)
+    context_up.set()
     sc.setLogLevel(settings.get("log_level", "WARN"))
     if settings["ship_binary"]:
         sc.addFile(settings["shoal_binary"])
