@@ -383,6 +383,9 @@ def main():
         conf.set(key, value)
     context_up = threading.Event()
     if settings["master"] == "yarn":
+        # Queued from the start: the master's deadline for the agents to register must not run
+        # while YARN starts the application (tens of seconds), let alone while it waits for room.
+        emit("queued", reason=f"Spark is submitting {settings['app_name']} to YARN")
         SparkContext._ensure_initialized(conf=conf)  # the JVM, before the blocking SparkContext
         threading.Thread(target=watch_yarn_admission, args=(settings["app_name"], context_up),
                          daemon=True).start()
