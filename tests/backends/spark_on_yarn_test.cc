@@ -38,6 +38,7 @@ TEST(SparkOnYarnTest, AsksForOneExecutorPerPlaceWithRoomForThePlacesProcesses) {
   EXPECT_EQ(conf["spark.executor.memory"], "512m");
   EXPECT_EQ(conf["spark.executor.memoryOverhead"], "2432m");  // 384m of Spark's + 2048m
   EXPECT_EQ(conf["spark.yarn.jars"], "local:/venv/lib/python3.11/site-packages/pyspark/jars/*");
+  EXPECT_EQ(conf["spark.ui.enabled"], "false");
 }
 
 TEST(SparkOnYarnTest, ExecutorCoresHoldWholeBarrierTasks) {
