@@ -97,9 +97,10 @@ std::map<std::string, std::string> SparkOnYarnProperties(const spec::JobSpec& jo
   conf["spark.executor.memoryOverhead"] = absl::StrCat(overhead, "m");
   if (!spark_home.empty()) conf["spark.yarn.jars"] = absl::StrCat("local:", spark_home, "/jars/*");
   // No driver UI: in client mode the application master's registration adds YARN's proxy
-  // filter to the UI's handlers while SparkContext() starts them, and once in seven runs on the
-  // test cluster that failed the context (ConcurrentModificationException in Jetty's
-  // ServletHandler.initialize). Shoal's own status and UI cover the job; spark.conf may set it.
+  // filter to the UI's handlers while SparkContext() starts them; in about one application in
+  // a dozen on the test cluster that failed the context (ConcurrentModificationException in
+  // Jetty's ServletHandler.initialize). Shoal's status and UI cover the job; spark.conf may
+  // turn it back on.
   conf["spark.ui.enabled"] = "false";
   return conf;
 }
