@@ -20,10 +20,10 @@ namespace {
 using ::testing::HasSubstr;
 
 spec::JobSpec Job(const std::string& spark, int instances, const std::string& resources) {
-  auto job = spec::ParseJobSpec("name: j\nspark: " + spark + "\nroles:\n  worker:\n    instances: " +
-                                    std::to_string(instances) + "\n    command: [x]\n"
-                                    "    resources: " + resources + "\n",
-                                "job.yaml", "/base", {SparkJobSection()});
+  std::string text = "name: j\nspark: " + spark + "\nroles:\n  worker:\n    instances: " +
+                     std::to_string(instances) + "\n    command: [x]\n    resources: " +
+                     resources + "\n";
+  auto job = spec::ParseJobSpec(text, "job.yaml", "/base", {SparkJobSection()});
   EXPECT_TRUE(job.ok()) << job.status();
   return *job;
 }
