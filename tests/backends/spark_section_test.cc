@@ -159,7 +159,8 @@ TEST(SparkSectionTest, AgentImageIsAnImageReference) {
 }
 
 // On Kubernetes, Spark starts exactly spark.executor.instances pods (2 by default, of 1 core):
-// as many as the gang needs, each big enough for its places, their memory outside the heap.
+// as many as the gang needs, each big enough for its places, their memory outside the heap
+// on top of Spark's own overhead (ContainerExecutorProperties, as on YARN).
 TEST(SparkPropertiesTest, KubernetesExecutorsAreSizedForTheGang) {
   auto job = Parse("{}", "{cpus: 2, memory: 1GiB}");
   ASSERT_TRUE(job.ok()) << job.status();
@@ -168,11 +169,12 @@ TEST(SparkPropertiesTest, KubernetesExecutorsAreSizedForTheGang) {
   auto conf = SparkBackend::SparkProperties(*job, options, "10.0.0.5");
   EXPECT_EQ(conf["spark.executor.instances"], "2");
   EXPECT_EQ(conf["spark.executor.cores"], "2");
-  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "1024m");
+  EXPECT_EQ(conf["spark.executor.memory"], "512m");
+  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "1408m");  // Spark's 384m + the place's 1g
   options.executor_cores = 4;  // both places in one executor
   conf = SparkBackend::SparkProperties(*job, options, "10.0.0.5");
   EXPECT_EQ(conf["spark.executor.instances"], "1");
-  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "2048m");
+  EXPECT_EQ(conf["spark.executor.memoryOverhead"], "2432m");
   // Other masters size their executors themselves.
   options.master = "spark://h:7077";
   EXPECT_FALSE(SparkBackend::SparkProperties(*job, options, "").contains("spark.executor.instances"));

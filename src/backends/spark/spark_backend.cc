@@ -43,18 +43,6 @@ constexpr char kPodTemplateFile[] = "executor-pod-template.json";
 
 bool IsKubernetesMaster(const std::string& master) { return absl::StartsWith(master, "k8s://"); }
 
-uint32_t TaskCount(const spec::JobSpec& job) {
-  uint32_t n = 0;
-  for (const auto& role : job.roles) n += role.instances;
-  return n;
-}
-
-uint64_t TaskMemoryMiB(const spec::JobSpec& job) {
-  uint64_t bytes = 0;
-  for (const auto& role : job.roles) bytes = std::max(bytes, role.resources.memory_bytes);
-  return (bytes + (1 << 20) - 1) >> 20;
-}
-
 uint32_t TaskCpus(const spec::JobSpec& job) {
   double cpus = 1;
   for (const auto& role : job.roles) cpus = std::max(cpus, role.resources.cpus);
@@ -103,19 +91,10 @@ std::map<std::string, std::string> SparkBackend::SparkProperties(
     conf["spark.executor.cores"] = std::to_string(options.executor_cores);
   }
   if (IsKubernetesMaster(options.master)) {
-    // Kubernetes starts exactly spark.executor.instances executor pods (Spark's default is 2,
-    // of 1 core each): as many as the gang needs, each big enough for at least one place.
-    uint32_t executor_cores = options.executor_cores > 0 ? options.executor_cores : task_cpus;
-    conf["spark.executor.cores"] = std::to_string(executor_cores);
-    uint32_t tasks_per_executor = std::max(1u, executor_cores / task_cpus);
-    conf["spark.executor.instances"] =
-        std::to_string((TaskCount(job) + tasks_per_executor - 1) / tasks_per_executor);
-    // The places' agents and tasks run in the executor pod, outside the JVM's heap, and the
-    // pod's memory limit is heap + overhead: the overhead holds the tasks' memory (at least
-    // Spark's own minimum, 384m).
-    if (uint64_t mib = TaskMemoryMiB(job); mib > 0) {
-      conf["spark.executor.memoryOverhead"] =
-          absl::StrCat(std::max<uint64_t>(384, mib * tasks_per_executor), "m");
+    // Executor pods, like YARN's containers: exactly as many as asked, memory enforced.
+    for (auto& [key, value] :
+         ContainerExecutorProperties(job, options.executor_cores, options.executor_memory)) {
+      conf[key] = value;
     }
   }
   conf["spark.scheduler.barrier.maxConcurrentTasksCheck.interval"] = kBarrierCheckInterval;

@@ -72,10 +72,8 @@ std::string RawProperty(absl::string_view xml, absl::string_view name) {
 
 }  // namespace
 
-std::map<std::string, std::string> SparkOnYarnProperties(const spec::JobSpec& job,
-                                                         uint32_t executor_cores,
-                                                         const std::string& executor_memory,
-                                                         const std::string& spark_home) {
+std::map<std::string, std::string> ContainerExecutorProperties(
+    const spec::JobSpec& job, uint32_t executor_cores, const std::string& executor_memory) {
   std::map<std::string, std::string> conf;
   uint32_t places = 0;
   double task_cpus = 1;
@@ -95,6 +93,15 @@ std::map<std::string, std::string> SparkOnYarnProperties(const spec::JobSpec& jo
   uint64_t overhead = std::max(kSparkMinOverheadMiB, SparkMemoryMiB(heap) / 10);
   overhead += per_executor * ((task_memory + kMiB - 1) / kMiB);
   conf["spark.executor.memoryOverhead"] = absl::StrCat(overhead, "m");
+  return conf;
+}
+
+std::map<std::string, std::string> SparkOnYarnProperties(const spec::JobSpec& job,
+                                                         uint32_t executor_cores,
+                                                         const std::string& executor_memory,
+                                                         const std::string& spark_home) {
+  std::map<std::string, std::string> conf =
+      ContainerExecutorProperties(job, executor_cores, executor_memory);
   if (!spark_home.empty()) conf["spark.yarn.jars"] = absl::StrCat("local:", spark_home, "/jars/*");
   // No driver UI: in client mode the application master's registration adds YARN's proxy
   // filter to the UI's handlers while SparkContext() starts them; in about one application in

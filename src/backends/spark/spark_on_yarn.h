@@ -14,12 +14,18 @@ namespace shoal::backends {
 // docs/design/0018-spark-backend.md). Pure functions, except YarnConfDir and
 // YarnResourceManagerAddress, which read the environment and the configuration directory.
 
-// How the job's executors are sized on YARN, which starts exactly spark.executor.instances
-// executors (2 unless told) of spark.executor.cores cores (1 unless told) in containers whose
-// physical memory it enforces (spark.executor.memory + spark.executor.memoryOverhead): enough
-// executors, with cores for whole barrier tasks, for the gang to start at once, and room in
-// each container for the places' own processes, which run outside the executor's heap.
+// How the job's executors are sized where the cluster manager runs each executor in a container
+// whose memory it enforces (spark.executor.memory + spark.executor.memoryOverhead) and starts
+// exactly spark.executor.instances executors (2 unless told) of spark.executor.cores cores (1
+// unless told): YARN and Kubernetes. Enough executors, with cores for whole barrier tasks, for
+// the gang to start at once, and room in each container for Spark's own overhead plus the
+// places' processes, which run outside the executor's heap.
 // `executor_cores`/`executor_memory`: the `spark:` section's (0/empty: not given).
+std::map<std::string, std::string> ContainerExecutorProperties(const spec::JobSpec& job,
+                                                               uint32_t executor_cores,
+                                                               const std::string& executor_memory);
+
+// What master yarn sets: the sizes above, and Spark's jars and UI as YARN needs them.
 // `spark_home`: PySpark's directory on this machine (empty: unknown); its jars are then used
 // from that path on the nodes (spark.yarn.jars=local:...) instead of being uploaded to HDFS for
 // every application: the nodes already need this very PySpark there (SHOAL_SPARK_PYTHON is the
