@@ -292,3 +292,37 @@ def require_kubernetes_cluster():
         "and export the KUBECONFIG=... line it prints")
     r = kubectl("get", "--raw", "/readyz", check=False)
     assert r.returncode == 0, f"the test cluster's apiserver does not answer: {r.stderr}"
+
+
+def agent_processes(job_dir):
+    """pids of live `shoal agent` processes dialling the job's master (whatever started them)."""
+    master = json.loads((Path(job_dir) / "master.json").read_text())["address"].encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            stat = open(f"/proc/{pid}/stat", "rb").read()
+        except OSError:
+            continue
+        if b") Z" not in stat and b"agent" in argv and master in argv:
+            found.append(int(pid))
+    return found
+
+
+def processes_of_application(app_id):
+    """Live processes of a cluster manager's application on this machine: those with its id on
+    their command line (executor or container JVMs) and everything running in a directory
+    named after it (Python workers, agents, tasks). (pid, command line) pairs."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read()
+            stat = open(f"/proc/{pid}/stat", "rb").read()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if b") Z" in stat:
+            continue
+        if app_id.encode() in argv or f"/{app_id}/" in cwd + "/":
+            found.append((int(pid), argv.replace(b"\0", b" ")[:200]))
+    return found

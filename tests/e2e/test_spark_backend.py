@@ -59,38 +59,6 @@ def no_application_left(cluster):
     e2e.wait_until(lambda: not active_apps(cluster), 60, "every Shoal application to end")
 
 
-def agent_processes(job_dir):
-    """pids of live `shoal agent` processes dialling the job's master."""
-    master = json.loads((job_dir / "master.json").read_text())["address"].encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            stat = open(f"/proc/{pid}/stat", "rb").read()
-        except OSError:
-            continue
-        if b") Z" not in stat and b"agent" in argv and master in argv:
-            found.append(int(pid))
-    return found
-
-
-def processes_of_application(app_id):
-    """Live processes that belong to the application on the executors' side: executor JVMs (the
-    application id is on their command line) and everything running in the application's
-    directories under the workers' work dirs (Python workers, agents, tasks)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read()
-            stat = open(f"/proc/{pid}/stat", "rb").read()
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if b") Z" in stat:
-            continue
-        if app_id.encode() in argv or f"/{app_id}/" in cwd + "/":
-            found.append((int(pid), argv.replace(b"\0", b" ")[:200]))
-    return found
 
 
 def only_job_dir(jobs_dir):
@@ -138,7 +106,7 @@ def test_pytorch_ddp_trains_to_its_threshold_in_a_barrier_stage(run_shoal, write
         f"shoal-{job_dir.name}", app
     completed = {a["id"]: a for a in master_state(cluster).get("completedapps", [])}
     assert completed.get(app["application_id"], {}).get("state") == "FINISHED", completed
-    e2e.wait_until(lambda: not processes_of_application(app["application_id"]), 60,
+    e2e.wait_until(lambda: not e2e.processes_of_application(app["application_id"]), 60,
                    "every executor-side process of the application to end")
 
 
@@ -231,7 +199,7 @@ def test_killing_a_task_process_under_restart_group_recovers(start_shoal, write_
     job_id = job_dir.name
     tasks = e2e.wait_until(lambda: [p for p in e2e.task_processes(job_id)
                                     if p.pid == p.pgid] or None, 30, "the task processes")
-    agents_before = set(agent_processes(job_dir))
+    agents_before = set(e2e.agent_processes(job_dir))
     assert e2e.kill_task(tasks[0].pid, job_id)
     rc = client.wait(240)
     assert rc == 0, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
@@ -262,7 +230,7 @@ def test_a_killed_agent_is_one_lost_place_replaced_in_the_running_stage(
     e2e.wait_until(marker.exists, 240, "the first attempt to start")
     # worker:0's agent, killed as a crash would: its barrier task reports it and stays.
     victim = None
-    for pid in agent_processes(job_dir):
+    for pid in e2e.agent_processes(job_dir):
         argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
         if argv[argv.index(b"--node") + 1] == b"worker.0":
             victim = pid
@@ -314,8 +282,9 @@ def test_a_lost_executor_fails_the_stage_attempt_and_spark_retries_the_gang(
     job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
     e2e.wait_until(lambda: (tmp_path / "ran-0").exists() and (tmp_path / "ran-1").exists(), 240,
                    "both first attempts to start")
-    agents = e2e.wait_until(lambda: len(agent_processes(job_dir)) == 2 and agent_processes(job_dir),
-                            30, "both agents")
+    agents = e2e.wait_until(
+        lambda: len(e2e.agent_processes(job_dir)) == 2 and e2e.agent_processes(job_dir),
+        30, "both agents")
     executor = executor_of(agents[0])
     assert executor is not None, "no executor JVM above the agent"
     # The executor's JVM dies as a machine's would: Spark fails the barrier stage attempt, kills
@@ -357,8 +326,9 @@ def test_when_spark_retries_no_more_the_job_fails_with_sparks_reason(
     job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
     e2e.wait_until(lambda: (tmp_path / "ran-0").exists() and (tmp_path / "ran-1").exists(), 240,
                    "both tasks to start")
-    agents = e2e.wait_until(lambda: len(agent_processes(job_dir)) == 2 and agent_processes(job_dir),
-                            30, "both agents")
+    agents = e2e.wait_until(
+        lambda: len(e2e.agent_processes(job_dir)) == 2 and e2e.agent_processes(job_dir),
+        30, "both agents")
     os.kill(executor_of(agents[0]), signal.SIGKILL)
     rc = client.wait(180)
     assert rc == 1, f"rc={rc}\n{client.stdout()}\n{client.stderr()}"
@@ -368,7 +338,7 @@ def test_when_spark_retries_no_more_the_job_fails_with_sparks_reason(
            "stage failure" in out, out
     assert "has failed the maximum allowable number of times: 1" in out, out
     app_id = application_of(job_dir)["application_id"]
-    e2e.wait_until(lambda: not processes_of_application(app_id), 60,
+    e2e.wait_until(lambda: not e2e.processes_of_application(app_id), 60,
                    "every executor-side process of the application to end")
 
 
@@ -399,10 +369,10 @@ def test_ctrl_c_ends_the_application_and_leaves_no_process(how, start_shoal, run
     assert rc != 0, client.stdout()
     e2e.wait_until(lambda: not [a for a in active_apps(cluster) if a["id"] == app_id], 60,
                    "the application to end")
-    e2e.wait_until(lambda: not processes_of_application(app_id), 60,
+    e2e.wait_until(lambda: not e2e.processes_of_application(app_id), 60,
                    "every executor, Python worker, agent and task of the application to end")
     assert not e2e.task_processes(job_id)
-    assert not agent_processes(job_dir)
+    assert not e2e.agent_processes(job_dir)
     completed = {a["id"]: a for a in master_state(cluster).get("completedapps", [])}
     assert app_id in completed, completed
 
@@ -470,7 +440,7 @@ def test_a_local_cluster_master_runs_the_job_in_its_own_executors(run_shoal, wri
     assert app["master"] == "local-cluster[2,1,1024]" and app["application_id"], app
     registered = {e["node"] for e in e2e.events_of(e2e.read_events(job_dir), "agent_registered")}
     assert registered == {"worker.0", "worker.1"}, registered
-    assert not processes_of_application(app["application_id"])
+    assert not e2e.processes_of_application(app["application_id"])
 
 
 def test_a_barrier_task_that_cannot_start_its_agent_fails_the_job_with_its_reason(

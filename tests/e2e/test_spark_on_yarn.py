@@ -77,37 +77,6 @@ def no_application_left(cluster):
                    "every Shoal application on YARN to end")
 
 
-def processes_of_application(app_id):
-    """Live processes of the application on the cluster's side: its containers' JVMs (the
-    application id is on their command line) and everything running in its container
-    directories (Python workers, agents, tasks)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read()
-            stat = open(f"/proc/{pid}/stat", "rb").read()
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if b") Z" in stat:
-            continue
-        if app_id.encode() in argv or f"/{app_id}/" in cwd + "/":
-            found.append((int(pid), argv.replace(b"\0", b" ")[:200]))
-    return found
-
-
-def agent_processes(job_dir):
-    master = json.loads((job_dir / "master.json").read_text())["address"].encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            stat = open(f"/proc/{pid}/stat", "rb").read()
-        except OSError:
-            continue
-        if b") Z" not in stat and b"agent" in argv and master in argv:
-            found.append(int(pid))
-    return found
 
 
 def application_of(job_dir):
@@ -144,7 +113,7 @@ def test_pytorch_ddp_demo_trains_to_its_threshold_on_yarn(run_shoal, repo_root, 
     e2e.wait_until(lambda: yarn_app(cluster, app["application_id"])["state"] == "FINISHED", 60,
                    "YARN to record the application FINISHED")
     assert yarn_app(cluster, app["application_id"])["finalStatus"] == "SUCCEEDED"
-    e2e.wait_until(lambda: not processes_of_application(app["application_id"]), 60,
+    e2e.wait_until(lambda: not e2e.processes_of_application(app["application_id"]), 60,
                    "every container process of the application to end")
 
 
@@ -169,7 +138,7 @@ def test_killing_a_task_process_under_restart_group_recovers_on_yarn(
     job_id = job_dir.name
     tasks = e2e.wait_until(lambda: [p for p in e2e.task_processes(job_id)
                                     if p.pid == p.pgid] or None, 30, "the task processes")
-    agents_before = set(agent_processes(job_dir))
+    agents_before = set(e2e.agent_processes(job_dir))
     assert len(agents_before) == 2
     assert e2e.kill_task(tasks[0].pid, job_id)
     rc = client.wait(240)
@@ -228,10 +197,10 @@ def test_a_job_waits_for_room_in_yarn_and_shoal_kill_leaves_no_application_nor_p
                    "YARN to end the killed job's application")
     e2e.wait_until(lambda: not running_containers(cluster, big_app), 60,
                    "the NodeManagers to stop the killed job's containers")
-    e2e.wait_until(lambda: not processes_of_application(big_app), 60,
+    e2e.wait_until(lambda: not e2e.processes_of_application(big_app), 60,
                    "every executor, Python worker, agent and task of the application to end")
     assert not e2e.task_processes(big_dir.name)
-    assert not agent_processes(big_dir)
+    assert not e2e.agent_processes(big_dir)
 
     # The room it left lets the second job run.
     rc = second.wait(240)
