@@ -2,12 +2,14 @@
 # The test suite again, under the sanitizers, each in a build folder of its own beside the
 # normal one (docs/design/0011-sanitizers.md says what runs, why, and what it costs):
 #   sanitize/run.sh asan   gcc's AddressSanitizer + UndefinedBehaviorSanitizer: builds every
-#                          target in <build>-asan and runs that folder's whole ctest suite (unit,
+#                          target in <build>-asan and runs that folder's ctest suite (unit,
 #                          end-to-end, SDK), less the tests that are no program of ours to check
+#                          and those on the Slurm, YARN, Spark and Kubernetes test clusters
 #   sanitize/run.sh tsan   gcc's ThreadSanitizer: builds the unit tests of master, agent,
 #                          serve and ui in <build>-tsan and runs each binary
 # Environment: SANITIZE_BUILD_DIR (default build-asan / build-tsan), SANITIZE_JOBS (ninja and
-# ctest, default 2), SANITIZE_TESTS (tsan: the test binaries; asan: a ctest -R regex).
+# ctest, default 2), SANITIZE_TESTS (tsan: the test binaries; asan: a ctest -R regex),
+# SANITIZE_CLUSTERS=1 (asan: the test clusters' tests too).
 # Every sanitizer report of every process (daemons started by end-to-end tests included) goes
 # to a file under <build>/sanitizer-reports; any such file fails the run, and is printed.
 # The last line of output is "sanitize <mode>: N passed, M failed".
@@ -119,7 +121,6 @@ failed=0
 if [ "$mode" = asan ]; then
   # Left out, as no program of ours runs in them: the fuzz targets (their own ASan build) and
   # these sanitizer tests themselves; the thread-safety check (clang reading the sources).
-  exclude='^(fuzz_targets|sanitize_.*|thread_safety_.*)$'
   # Three end-to-end tests bound a process's resident memory; ASan's shadow, redzones and
   # quarantine multiply it by design (a master of 448 MiB against a bound of 80), so they are
   # left out here and run only in the plain build. pytest reads PYTEST_ADDOPTS in every test file.
@@ -134,12 +135,28 @@ if [ "$mode" = asan ]; then
   # training runs at full speed, so the run can end first (it did twice in CI). Group restarts
   # and elastic shrinking still run under ASan: test_restart_policies.py, test_slurm.py's lost
   # node, and the master's unit tests (restart_coordinator_test).
-  exclude='^(fuzz_targets|sanitize_.*|thread_safety_.*|e2e_chaos)$'
+  exclude='fuzz_targets|sanitize_.*|thread_safety_.*|e2e_chaos'
   say "left out as its premise is the plain build's timing: e2e_chaos"
+  # The tests on the Slurm, YARN, Spark and Kubernetes test clusters (every test that requires,
+  # sets up or takes down a *_cluster fixture) run in the plain build only: their time is the
+  # cluster managers' (a Kubernetes image build, YARN containers starting), some 35 of the
+  # suite's 47 minutes under ASan, while the Shoal code they reach (the backends, the agent
+  # inside a container) is the same code the unit and local end-to-end tests run here (0011).
+  # SANITIZE_CLUSTERS=1 keeps them.
+  left_out="fuzz_targets, sanitize_*, thread_safety_*, e2e_chaos"
+  if [ "${SANITIZE_CLUSTERS:-0}" != 1 ]; then
+    cluster_tests=$(ctest --test-dir "$build" --show-only=json-v1 | python3 "$repo/sanitize/cluster_tests.py") ||
+      fail_early "listing the tests that need a test cluster failed"
+    if [ -n "$cluster_tests" ]; then
+      exclude="$exclude|$(echo "$cluster_tests" | paste -sd '|')"
+      left_out="$left_out, the $(echo "$cluster_tests" | wc -l) tests on the test clusters"
+    fi
+  fi
+  exclude="^($exclude)\$"
   filter=()
   [ -n "${SANITIZE_TESTS:-}" ] && filter=(-R "$SANITIZE_TESTS")
   listed=$(ctest --test-dir "$build" -N -E "$exclude" "${filter[@]}" | sed -n 's/^Total Tests: //p')
-  say "running $listed tests of $build (all but: fuzz_targets, sanitize_*, thread_safety_*, e2e_chaos)"
+  say "running $listed tests of $build (all but: $left_out)"
   # ctest's summary of failed tests is its own output's end; keep it whole.
   ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$exclude" "${filter[@]}" \
     >"$build/ctest.log" 2>&1
