@@ -337,7 +337,9 @@ bool Agent::Connect() {
   for (const auto& g : inv.gpus) i->add_gpus(g);
   PortRange range =
       options_.task_ports.value_or(machine::TaskPortRange(machine::EphemeralPortRange()));
-  std::vector<uint32_t> ports = machine::FindFreePorts(options_.ports, range);
+  // As many spares again: another agent on this machine may have picked the same ports, and
+  // the master then hands a task a spare instead (AssignTaskPorts).
+  std::vector<uint32_t> ports = machine::FindFreePorts(options_.ports, range, options_.ports);
   size_t outside = 0;
   for (uint32_t p : ports) {
     r->add_free_ports(p);
@@ -346,7 +348,8 @@ bool Agent::Connect() {
   std::string short_of_ports;
   if (options_.task_ports && outside > 0) {
     short_of_ports = absl::StrCat("SHOAL_TASK_PORTS ", range.low, "-", range.high, " had ",
-                                  ports.size() - outside, " free port(s) of the ", ports.size(),
+                                  options_.ports - outside, " free port(s) of the ",
+                                  options_.ports,
                                   " this node's tasks need; the others were picked by the kernel");
     spdlog::warn("{}", short_of_ports);
   }

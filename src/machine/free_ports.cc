@@ -52,14 +52,14 @@ PortRange TaskPortRange(const PortRange& ephemeral) {
   return {0, 0};  // nothing outside it: the kernel picks
 }
 
-std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range) {
+std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range, uint32_t spares) {
   std::vector<int> fds;
   std::vector<uint32_t> ports;
   if (range.low != 0 && range.low <= range.high) {
     uint32_t size = range.high - range.low + 1;
     std::random_device seed;
     uint32_t start = std::uniform_int_distribution<uint32_t>(0, size - 1)(seed);
-    for (uint32_t i = 0; i < size && ports.size() < count; ++i) {
+    for (uint32_t i = 0; i < size && ports.size() < count + spares; ++i) {
       uint32_t port = range.low + (start + i) % size, bound = 0;
       int fd = BindTo(port, &bound);
       if (fd < 0) continue;
@@ -67,6 +67,7 @@ std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range) {
       ports.push_back(bound);
     }
   }
+  // The range ran short: the kernel's picks make up the count, spares come from the range only.
   while (ports.size() < count) {
     uint32_t bound = 0;
     int fd = BindTo(0, &bound);

@@ -27,6 +27,10 @@ PortRange TaskPortRange(const PortRange& ephemeral);
 // the same; when too few are free in it, the rest are ports the kernel picks. Another process
 // could still bind one before the task does; a task that cannot bind reports it like any
 // other failure.
-std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range);
+// `spares`: up to that many more, from `range` only, after the `count`: two agents on one
+// machine (YARN's or Slurm's places sharing a host) probe independently and may both find the
+// same port free; the master hands each task a port no other task on that address holds, and
+// takes a spare where the agents' first picks collide (AssignTaskPorts).
+std::vector<uint32_t> FindFreePorts(uint32_t count, const PortRange& range, uint32_t spares = 0);
 
 }  // namespace shoal::machine

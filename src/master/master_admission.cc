@@ -189,7 +189,7 @@ void Master::CompleteRendezvous() {
     free_ports[p.node] = s->free_ports;
     with_agent.push_back(p);
   }
-  auto ports = AssignTaskPorts(with_agent, free_ports);
+  auto ports = AssignTaskPorts(with_agent, free_ports, job_.node_addresses);
   if (!ports.ok()) {
     BeginStopping(JobPhase::kFailed, std::string(ports.status().message()));
     return;
@@ -221,27 +221,30 @@ std::optional<size_t> Master::FormWorld(uint32_t generation, bool journal,
   in.node_gpus = &job_.node_gpus;
   in.slot_ports = ports != nullptr ? ports : &job_.slot_ports;
   // A slot that joins after the first rendezvous (its place was deferred) takes a port its
-  // place's agent offered that no task there holds; the rendezvous record keeps it from then on.
+  // place's agent offered that no task on that machine holds (places share one when their
+  // agents reported the same address); the rendezvous record keeps it from then on.
   std::map<std::string, uint32_t> with_joined;
   const std::vector<PlacedTask>& placement = admission_.placement();
   const std::vector<TaskRecord>& tasks = job_.tasks.tasks();
+  auto machine_of = [&](const std::string& place) {
+    auto it = job_.node_addresses.find(place);
+    return it == job_.node_addresses.end() || it->second.empty() ? "place:" + place : it->second;
+  };
   for (size_t i = 0; i < placement.size() && i < tasks.size(); ++i) {
     if (!tasks[i].in_world || in.slot_ports->count(tasks[i].Key()) > 0) continue;
     AgentSession* s = agents_.ForNode(placement[i].node);
     if (s == nullptr) continue;
     if (with_joined.empty()) with_joined = *in.slot_ports;
+    const std::string machine = machine_of(placement[i].node);
     std::set<uint32_t> held;
     for (size_t j = 0; j < placement.size() && j < tasks.size(); ++j) {
-      if (placement[j].node != placement[i].node) continue;
+      if (machine_of(placement[j].node) != machine) continue;
       if (auto it = with_joined.find(tasks[j].Key()); it != with_joined.end()) {
         held.insert(it->second);
       }
     }
-    for (uint32_t port : s->free_ports) {
-      if (held.count(port) == 0) {
-        with_joined[tasks[i].Key()] = port;
-        break;
-      }
+    if (uint32_t port = FirstPortNotHeld(s->free_ports, held); port != 0) {
+      with_joined[tasks[i].Key()] = port;
     }
   }
   if (!with_joined.empty()) in.slot_ports = &with_joined;

@@ -22,19 +22,32 @@ std::string TaskSecret(const std::string& token, const std::string& job_id) {
 
 absl::StatusOr<std::map<std::string, uint32_t>> AssignTaskPorts(
     const std::vector<PlacedTask>& placement,
-    const std::map<std::string, std::vector<uint32_t>>& free_ports) {
+    const std::map<std::string, std::vector<uint32_t>>& free_ports,
+    const std::map<std::string, std::string>& node_addresses) {
   std::map<std::string, uint32_t> ports;
-  std::map<std::string, uint32_t> next;
+  std::map<std::string, std::set<uint32_t>> held;  // machine -> ports its tasks hold
   for (const auto& p : placement) {
     auto offered = free_ports.find(p.node);
-    uint32_t& n = next[p.node];
-    if (offered == free_ports.end() || n >= offered->second.size()) {
+    auto address = node_addresses.find(p.node);
+    std::set<uint32_t>& on_machine =
+        held[address == node_addresses.end() || address->second.empty() ? "place:" + p.node
+                                                                          : address->second];
+    uint32_t port = offered == free_ports.end() ? 0 : FirstPortNotHeld(offered->second, on_machine);
+    if (port == 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("the agent on ", p.node, " reported too few free ports"));
     }
-    ports[absl::StrCat(p.role, ":", p.index)] = offered->second[n++];
+    on_machine.insert(port);
+    ports[absl::StrCat(p.role, ":", p.index)] = port;
   }
   return ports;
+}
+
+uint32_t FirstPortNotHeld(const std::vector<uint32_t>& offered, const std::set<uint32_t>& held) {
+  for (uint32_t port : offered) {
+    if (held.count(port) == 0) return port;
+  }
+  return 0;
 }
 
 frameworks::ClusterPlan BuildClusterPlan(const RendezvousInputs& in) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,19 @@ frameworks::ClusterPlan BuildClusterPlan(const RendezvousInputs& in);
 // The journal's record of a plan.
 Rendezvous RendezvousRecord(const frameworks::ClusterPlan& plan);
 
-// Each placed task's port: the next free port its place's agent offered, in placement order.
-// A task keeps it for the life of the job (a restarted task binds the port its predecessor
+// Each placed task's port: the next port its place's agent offered that no task placed before
+// it on the same machine holds, in placement order. Places share a machine when their agents
+// reported the same address (`node_addresses`; a place without one is a machine of its own):
+// their agents probed for free ports independently and may have offered the same one. A task
+// keeps its port for the life of the job (a restarted task binds the port its predecessor
 // held). FailedPrecondition naming the place when an agent offered too few.
 absl::StatusOr<std::map<std::string, uint32_t>> AssignTaskPorts(
     const std::vector<PlacedTask>& placement,
-    const std::map<std::string, std::vector<uint32_t>>& free_ports);
+    const std::map<std::string, std::vector<uint32_t>>& free_ports,
+    const std::map<std::string, std::string>& node_addresses = {});
+
+// The first of `offered` not in `held`; 0 when every one is.
+uint32_t FirstPortNotHeld(const std::vector<uint32_t>& offered, const std::set<uint32_t>& held);
 
 // HMAC-SHA256(token, "shoal-task-secret:" + job id) in hex: a secret the tasks share that a
 // recovering master derives again, and that reveals nothing of the token to the tasks.

@@ -69,7 +69,27 @@ TEST(FreePortsTest, ABoundPortIsSkippedAndPastTheRangeTheKernelPicks) {
               (std::set<uint32_t>{taken + 1, taken + 2}));
     EXPECT_TRUE(ports[2] >= ephemeral.low && ports[2] <= ephemeral.high) << ports[2];
   }
+  // Spares come from the range only: one port asked with five spares gives the range's two
+  // free ones; three asked with two spares, the range's two and one of the kernel's.
+  for (int round = 0; round < 5; ++round) {
+    auto ports = FindFreePorts(1, {taken, taken + 2}, 5);
+    EXPECT_EQ(std::set<uint32_t>(ports.begin(), ports.end()),
+              (std::set<uint32_t>{taken + 1, taken + 2}));
+    ports = FindFreePorts(3, {taken, taken + 2}, 2);
+    ASSERT_EQ(ports.size(), 3u);
+    EXPECT_EQ(std::set<uint32_t>(ports.begin(), ports.begin() + 2),
+              (std::set<uint32_t>{taken + 1, taken + 2}));
+    EXPECT_TRUE(ports[2] >= ephemeral.low && ports[2] <= ephemeral.high) << ports[2];
+  }
   ::close(fd);
+}
+
+TEST(FreePortsTest, SparesFollowTheCountAndAreDistinct) {
+  PortRange tasks = TaskPortRange(EphemeralPortRange());
+  auto ports = FindFreePorts(4, tasks, 4);
+  ASSERT_EQ(ports.size(), 8u);
+  EXPECT_EQ(std::set<uint32_t>(ports.begin(), ports.end()).size(), 8u) << "a port repeats";
+  for (uint32_t p : ports) EXPECT_TRUE(p >= tasks.low && p <= tasks.high) << p;
 }
 
 TEST(FreePortsTest, RangesFollowTheKernelsSetting) {

@@ -155,6 +155,38 @@ TEST(RendezvousTest, TooFewFreePortsNamesThePlace) {
   EXPECT_EQ(none.status().message(), "the agent on n1 reported too few free ports");
 }
 
+TEST(RendezvousTest, PlacesOnOneMachineNeverShareAPortTheirAgentsBothOffered) {
+  // Two places on 10.0.0.1 whose agents both found 24808 free first, and one on 10.0.0.2.
+  std::vector<PlacedTask> placement(4);
+  for (size_t i = 0; i < placement.size(); ++i) {
+    placement[i].role = "worker";
+    placement[i].index = static_cast<uint32_t>(i);
+  }
+  placement[0].node = "a";
+  placement[1].node = "b";
+  placement[2].node = "b";
+  placement[3].node = "c";
+  std::map<std::string, std::vector<uint32_t>> offered = {
+      {"a", {24808, 24809}}, {"b", {24808, 24809, 24810, 24811}}, {"c", {24808, 24809}}};
+  std::map<std::string, std::string> addresses = {
+      {"a", "10.0.0.1"}, {"b", "10.0.0.1"}, {"c", "10.0.0.2"}};
+  auto ports = AssignTaskPorts(placement, offered, addresses);
+  ASSERT_TRUE(ports.ok()) << ports.status();
+  EXPECT_EQ(*ports, (std::map<std::string, uint32_t>{{"worker:0", 24808},
+                                                      {"worker:1", 24809},
+                                                      {"worker:2", 24810},
+                                                      {"worker:3", 24808}}));
+  // Without addresses each place is a machine of its own: its agent's first picks, in order.
+  auto apart = AssignTaskPorts(placement, offered);
+  ASSERT_TRUE(apart.ok()) << apart.status();
+  EXPECT_EQ(apart->at("worker:1"), 24808u);
+  EXPECT_EQ(apart->at("worker:2"), 24809u);
+  // The spares run out: named like any shortage.
+  offered["b"] = {24808, 24809};
+  auto short_of_spares = AssignTaskPorts(placement, offered, addresses);
+  EXPECT_EQ(short_of_spares.status().message(), "the agent on b reported too few free ports");
+}
+
 TEST(RendezvousTest, TaskSecretIsTheHmacOfTheJob) {
   // HMAC-SHA256("secret", "shoal-task-secret:job-1"), as `openssl dgst -sha256 -hmac` gives it.
   EXPECT_EQ(TaskSecret("secret", "job-1"),
