@@ -191,6 +191,19 @@ def job_dirs(jobs_dir):
     return sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
+def only_job_dir(jobs_dir):
+    """The one job directory under jobs_dir; fails naming them all when there are more."""
+    dirs = job_dirs(jobs_dir)
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def fail_message(r, tail=4000):
+    """A finished `shoal` run for an assertion message: exit status, then the last `tail`
+    characters of its stdout and stderr."""
+    return f"rc={r.returncode}\n--- stdout\n{r.stdout[-tail:]}\n--- stderr\n{r.stderr[-tail:]}"
+
+
 def wait_for_job(jobs_dir, name=None, timeout=30):
     """The directory of the job (named `name`, if given) started in the background under
     `jobs_dir`, once its master is up (master.json written): from then on `shoal status` knows

@@ -44,7 +44,6 @@ def test_an_unknown_command_is_named(run_shoal):
     assert "unknown command" not in r.stderr, r.stderr
 
 
-
 # Checked before anything starts, with the job file's rules for the same keys, and named alone:
 # the check once parsed generated YAML, and a bad flag came with "command line:1: name:
 # required", or with a YAML syntax error for a value holding a quote.

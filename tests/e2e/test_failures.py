@@ -12,12 +12,6 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
-def only_job_dir(jobs_dir):
-    dirs = e2e.job_dirs(jobs_dir)
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
 def assert_nothing_left(job_dir):
     e2e.wait_until(lambda: not e2e.job_processes(job_dir.name, job_dir), 10,
                    "every process of the ended job to exit")
@@ -39,7 +33,7 @@ def test_worker_exit_code_fails_the_job(write_job, run_shoal, jobs_dir, shoal_st
                         r"with code 3", last_line(r.stderr)), r.stderr
     assert "worker:1 | bye" in r.stdout.splitlines()
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "failed"
     assert "worker:1" in status["reason"] and "3" in status["reason"]
@@ -65,7 +59,7 @@ def test_worker_killed_by_sigkill(write_job, run_shoal, jobs_dir, shoal_status):
     assert r.returncode == 1, f"rc={r.returncode}\n{r.stderr}"
     assert re.fullmatch(r"shoal \| job selfkill-\S+ failed: worker:0 was killed by signal 9 "
                         r"\(SIGKILL\)", last_line(r.stderr)), r.stderr
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     task = shoal_status(job_dir.name)["tasks"][0]
     assert task["task"] == "worker:0"
     assert task["state"] == "failed"
@@ -87,7 +81,7 @@ def test_missing_binary_could_not_start(write_job, run_shoal, jobs_dir, shoal_st
     line = last_line(r.stderr)
     assert line.startswith("shoal | job nobinary-") and " failed: " in line, r.stderr
     assert "worker:0" in line and "could not start" in line, r.stderr
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "failed"
     assert "could not start" in status["reason"]
@@ -114,7 +108,7 @@ def test_missing_binary_among_running_tasks_stops_the_others(write_job, run_shoa
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 1, f"rc={r.returncode}\n{r.stderr}"
     assert "worker:0" in last_line(r.stderr) and "could not start" in last_line(r.stderr)
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     tasks = {t["task"]: t for t in shoal_status(job_dir.name)["tasks"]}
     assert tasks["ps:0"]["state"] == "killed"
     assert_nothing_left(job_dir)
@@ -154,4 +148,4 @@ def test_other_start_failures(role, write_job, run_shoal, jobs_dir):
     r = run_shoal("run", "-q", job, timeout=60)
     assert r.returncode == 1, r.stderr
     assert "worker:0" in last_line(r.stderr) and "could not start" in last_line(r.stderr)
-    assert_nothing_left(only_job_dir(jobs_dir))
+    assert_nothing_left(e2e.only_job_dir(jobs_dir))

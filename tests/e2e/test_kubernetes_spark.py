@@ -103,16 +103,6 @@ def spark_section(image, extra=""):
 {extra}"""
 
 
-def fail_message(r):
-    return f"rc={r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-4000:]}"
-
-
-def only_job_dir(jobs_dir):
-    dirs = e2e.job_dirs(jobs_dir)
-    assert len(dirs) == 1, dirs
-    return dirs[0]
-
-
 def wait_for_no_executor(app_id=None, timeout=90):
     def gone():
         pods = executor_pods()
@@ -140,11 +130,11 @@ def test_pytorch_ddp_trains_in_executor_pods(run_shoal, write_job, jobs_dir, spa
                   job, timeout=420)
     job_dir = e2e.job_dirs(jobs_dir)[0] if e2e.job_dirs(jobs_dir) else None
     driver_log = (job_dir / "agents" / "spark" / "driver.log").read_text()[-4000:] if job_dir else ""
-    assert r.returncode == 0, fail_message(r) + "\n--- driver.log\n" + driver_log
+    assert r.returncode == 0, e2e.fail_message(r) + "\n--- driver.log\n" + driver_log
     accuracy = [float(m.group(1)) for line in r.stdout.splitlines()
                 if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", line))]
     assert accuracy and accuracy[0] >= 0.90, r.stdout
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     app = json.loads((job_dir / "agents" / "spark" / "application.json").read_text())
     # Spark on Kubernetes names its applications spark-<hex>.
     assert app["application_id"].startswith("spark-") and app["master"] == master_url, app
@@ -183,7 +173,7 @@ def test_shoal_kill_leaves_no_executor_pod(start_shoal, run_shoal, write_job, jo
             if p["metadata"]["labels"].get("spark-app-selector") == app_id]
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
     r = run_shoal("kill", job_id, timeout=60)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     rc = client.wait(120)
     assert rc != 0, client.stdout()
     wait_for_no_executor(app_id)
@@ -218,6 +208,6 @@ def test_a_k8s_master_without_what_it_needs_is_refused(run_shoal, write_job, job
     for flags, job_file, env, message in cases:
         r = run_shoal("run", "--backend", "spark", "--spark-master", *flags, job_file,
                       timeout=60, env=env)
-        assert r.returncode == 2, f"{flags} {env}: {fail_message(r)}"
+        assert r.returncode == 2, f"{flags} {env}: {e2e.fail_message(r)}"
         assert message in r.stderr, f"{flags} {env}: {r.stderr}"
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())

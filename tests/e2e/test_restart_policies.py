@@ -17,11 +17,6 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
-def only_job_dir(jobs_dir):
-    (d,) = e2e.job_dirs(jobs_dir)
-    return d
-
-
 def restart_records(events, task):
     """The journal's records of the restarts scheduled for a task alone (restart-task), in
     order: `restart_scheduled`, or `failure_handled` with the restart-task action."""
@@ -57,7 +52,7 @@ def test_restart_task_limit_and_backoff(write_job, run_shoal, jobs_dir, shoal_st
     out = r.stdout.splitlines()
     assert [l for l in out if "attempt" in l] == [
         "worker:0 | attempt 0", "worker:0 | attempt 1", "worker:0 | attempt 2"], r.stdout
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     assert re.fullmatch(rf"shoal \| job {job_dir.name} failed: worker:0 exited with code 3; its "
                         r"restart limit \(2\) is spent", last_line(r.stderr)), r.stderr
     status = shoal_status(job_dir.name)
@@ -114,7 +109,7 @@ def test_untracked_ps_restarts_while_workers_continue(tmp_path, write_job, run_s
             f"worker:{i} | worker attempt 0"], r.stdout
         assert f"worker:{i} | worker done" in out
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "succeeded", status
     tasks = {t["task"]: t for t in status["tasks"]}
@@ -164,7 +159,7 @@ def test_restart_always_reruns_an_evaluator(tmp_path, write_job, run_shoal, jobs
     assert passes[:4] == [f"evaluator:0 | eval pass {i}" for i in range(4)], r.stdout
     assert "worker:0 | worker done" in out
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     events = e2e.read_events(job_dir)
     ev = e2e.task_transitions(events, "evaluator:0")
     # Passes 0-2 (at least) ended with exit 0 and each was followed by a relaunch; pass 3 let
@@ -209,7 +204,7 @@ def test_job_end_drops_a_scheduled_restart(tmp_path, write_job, run_shoal, jobs_
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr}"
     assert "evaluator:0 | eval pass 1" not in r.stdout.splitlines()
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "succeeded", status
     for source in (status, json.loads((job_dir / "status.json").read_text())):
@@ -317,7 +312,7 @@ def test_restart_group_same_ports_and_generation(tmp_path, write_file, write_job
     assert env["worker-0-gen0-attempt0"]["SHOAL_TASK_PORT"] != env["worker-1-gen0-attempt0"][
         "SHOAL_TASK_PORT"]
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "succeeded", status
     assert status["generation"] == 1 and status["group_restarts"] == 1, status
@@ -386,7 +381,7 @@ def test_restart_group_absorbs_failures_of_one_incident(tmp_path, write_file, wr
     r = run_shoal("run", job, timeout=60)
     # With max_restarts 1, a second restart charged for the same incident would fail the job.
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status = shoal_status(job_dir.name)
     assert status["state"] == "succeeded", status
     assert status["group_restarts"] == 1 and status["generation"] == 1, status

@@ -5,11 +5,6 @@ import pytest
 import shoal_e2e as e2e
 
 
-def only_job_dir(jobs_dir):
-    (d,) = e2e.job_dirs(jobs_dir)
-    return d
-
-
 def final_status(shoal_status, job_dir):
     s = shoal_status(job_dir.name)
     assert s["state"] in e2e.TERMINAL_JOB_STATES, s
@@ -43,7 +38,7 @@ def test_untracked_ps_is_stopped_when_workers_finish(write_job, run_shoal, jobs_
     # The ps got SIGTERM (its trap ran), it was not just SIGKILLed.
     assert "ps:0 | ps-stopping" in out
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status, tasks = final_status(shoal_status, job_dir)
     assert status["state"] == "succeeded"
     assert tasks["worker:0"]["state"] == "succeeded" and tasks["worker:1"]["state"] == "succeeded"
@@ -79,7 +74,7 @@ def test_depends_on_launches_workers_after_every_ps_runs(write_job, run_shoal, j
         """)
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr}"
-    events = [e for e in e2e.read_events(only_job_dir(jobs_dir)) if e["type"] == "task_state"]
+    events = [e for e in e2e.read_events(e2e.only_job_dir(jobs_dir)) if e["type"] == "task_state"]
 
     def positions(role, to):
         return [i for i, e in enumerate(events)
@@ -118,7 +113,7 @@ def test_success_role_exiting_0_ends_the_job(success, write_job, run_shoal, jobs
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr}"
     assert f"{leader}:0 | leader-done" in r.stdout.splitlines()
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status, tasks = final_status(shoal_status, job_dir)
     assert status["state"] == "succeeded"
     assert tasks[f"{leader}:0"]["state"] == "succeeded"
@@ -163,7 +158,7 @@ def test_untracked_role_ignoring_sigterm_is_killed_and_job_succeeds(write_job, r
         """)
     r = run_shoal("run", job, timeout=60)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stderr}"
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     status, tasks = final_status(shoal_status, job_dir)
     assert status["state"] == "succeeded"
     assert tasks["ps:0"]["state"] == "killed" and tasks["ps:0"]["signal"] == 9

@@ -47,11 +47,6 @@ def slurm_jobs_of(job_id):
     return squeue_jobs(f"shoal-{job_id}")
 
 
-def only_job_dir(jobs_dir):
-    (job_dir,) = e2e.job_dirs(jobs_dir)
-    return job_dir
-
-
 def test_pytorch_ddp_with_one_worker_on_each_of_two_nodes(run_shoal, write_job, repo_root,
                                                           jobs_dir):
     train = repo_root / "examples" / "pytorch-ddp" / "train.py"
@@ -71,7 +66,7 @@ def test_pytorch_ddp_with_one_worker_on_each_of_two_nodes(run_shoal, write_job, 
                 if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
     assert accuracy and accuracy[0] >= 0.90, r.stdout
 
-    events = e2e.read_events(only_job_dir(jobs_dir))
+    events = e2e.read_events(e2e.only_job_dir(jobs_dir))
     registered = {e["node"]: e for e in e2e.events_of(events, "agent_registered")}
     assert set(registered) == {"worker.0", "worker.1"}, registered
     # Two machines, each with its real address on the cluster network.
@@ -79,7 +74,7 @@ def test_pytorch_ddp_with_one_worker_on_each_of_two_nodes(run_shoal, write_job, 
     assert {e["address"] for e in registered.values()} == {"10.213.77.11", "10.213.77.12"}
     (rendezvous,) = e2e.events_of(events, "rendezvous")
     assert {rank["address"] for rank in rendezvous["ranks"]} == {"10.213.77.11", "10.213.77.12"}
-    assert not slurm_jobs_of(only_job_dir(jobs_dir).name)
+    assert not slurm_jobs_of(e2e.only_job_dir(jobs_dir).name)
 
 
 def agent_step_env(job_id):
@@ -208,7 +203,7 @@ def test_job_larger_than_the_cluster_is_refused_with_slurms_reason(run_shoal, wr
     r = run_shoal("run", "--backend", "slurm", job, timeout=60)
     assert r.returncode == 1, f"rc={r.returncode}\n{r.stderr}"
     assert "Slurm refused the job: Unable to allocate resources:" in r.stderr, r.stderr
-    assert not slurm_jobs_of(only_job_dir(jobs_dir).name)
+    assert not slurm_jobs_of(e2e.only_job_dir(jobs_dir).name)
 
 
 def test_unknown_partition_is_refused_with_slurms_reason(run_shoal, write_job, jobs_dir):
@@ -320,7 +315,7 @@ def test_a_hung_agent_is_killed_with_its_task_by_its_watchdog(detach_job, run_sh
         e2e.wait_until(lambda: not os.path.exists(f"/proc/{agents[0].pid}/stat")
                        or open(f"/proc/{agents[0].pid}/stat").read().rsplit(")", 1)[1].split()[0]
                        in ("Z", "X"), 20, "the hung agent to be killed")
-        log = (only_job_dir(jobs_dir) / "agents" / "slurm" / "srun.log").read_text()
+        log = (e2e.only_job_dir(jobs_dir) / "agents" / "slurm" / "srun.log").read_text()
         assert "agent-watchdog: the agent" in log and "sent no heartbeat" in log, log[-2000:]
         # The job goes on with the survivor.
         s = wait_for_state(job_id, lambda s: s["state"] == "running" and any(
@@ -413,7 +408,7 @@ def test_horovod_ranks_on_two_nodes_rendezvous_through_the_master(run_shoal, rep
     r = run_shoal("run", "--backend", "slurm", job, timeout=180)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     assert "worker:0 | final_accuracy=" in r.stdout, r.stdout
-    events = e2e.read_events(only_job_dir(jobs_dir))
+    events = e2e.read_events(e2e.only_job_dir(jobs_dir))
     hosts = {e["hostname"] for e in e2e.events_of(events, "agent_registered")}
     assert hosts == {"sn1", "sn2"}, hosts
 

@@ -59,19 +59,8 @@ def no_application_left(cluster):
     e2e.wait_until(lambda: not active_apps(cluster), 60, "every Shoal application to end")
 
 
-
-
-def only_job_dir(jobs_dir):
-    (job_dir,) = e2e.job_dirs(jobs_dir)
-    return job_dir
-
-
 def application_of(job_dir):
     return json.loads((job_dir / "agents" / "spark" / "application.json").read_text())
-
-
-def fail_message(r):
-    return f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
 
 
 def test_pytorch_ddp_trains_to_its_threshold_in_a_barrier_stage(run_shoal, write_job, repo_root,
@@ -90,11 +79,11 @@ def test_pytorch_ddp_trains_to_its_threshold_in_a_barrier_stage(run_shoal, write
         """)
     r = run_shoal("run", "--backend", "spark", "--spark-master", cluster["SHOAL_SPARK_MASTER"],
                   job, timeout=400, env=spark_env)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     accuracy = [float(m.group(1)) for l in r.stdout.splitlines()
                 if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
     assert accuracy and accuracy[0] >= 0.90, r.stdout
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     events = e2e.read_events(job_dir)
     registered = {e["node"] for e in e2e.events_of(events, "agent_registered")}
     assert registered == {"worker.0", "worker.1"}, registered
@@ -121,11 +110,11 @@ def test_gpus_spark_assigned_reach_the_tasks(run_shoal, write_job, jobs_dir, clu
         spark: {executor_memory: 512m}
         """)
     r = run_shoal("run", "--backend", "spark", job, timeout=300, env=spark_env)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     gpus = [l.split("gpus=", 1)[1] for l in r.stdout.splitlines() if " | gpus=" in l]
     # One fake GPU each, from the workers' addresses (0-1 on one worker, 2-3 on the other).
     assert len(gpus) == 2 and all(g in {"0", "1", "2", "3"} for g in gpus), r.stdout
-    events = e2e.read_events(only_job_dir(jobs_dir))
+    events = e2e.read_events(e2e.only_job_dir(jobs_dir))
     seen = {e["node"]: e["gpus"] for e in e2e.events_of(events, "agent_registered")}
     assert sorted(seen) == ["worker.0", "worker.1"] and all(len(g) == 1 for g in seen.values()), \
         seen
@@ -145,8 +134,9 @@ def test_the_binary_can_travel_with_the_application(run_shoal, write_job, jobs_d
         """)
     r = run_shoal("run", "--backend", "spark", job, timeout=300,
                   env={**spark_env, "SHOAL_SPARK_SHIP_BINARY": "1"})
-    assert r.returncode == 0, fail_message(r)
-    settings = json.loads((only_job_dir(jobs_dir) / "agents" / "spark" / "driver.json").read_text())
+    assert r.returncode == 0, e2e.fail_message(r)
+    driver = e2e.only_job_dir(jobs_dir) / "agents" / "spark" / "driver.json"
+    settings = json.loads(driver.read_text())
     assert settings["ship_binary"] is True, settings
     # The tasks' parent is their agent: started from the executor's copy, not from here.
     agents = [l.split(" | ", 1)[1] for l in r.stdout.splitlines() if " agent --node " in l]
@@ -173,7 +163,7 @@ def test_tensorflow_mwms_trains_to_its_threshold(run_shoal, write_job, repo_root
         spark: {{executor_memory: 512m}}
         """)
     r = run_shoal("run", "--backend", "spark", job, timeout=600, env=spark_env)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
 
 
 def test_killing_a_task_process_under_restart_group_recovers(start_shoal, write_job, jobs_dir,
@@ -364,7 +354,7 @@ def test_ctrl_c_ends_the_application_and_leaves_no_process(how, start_shoal, run
         os.killpg(client.pid, signal.SIGINT)
     else:
         r = run_shoal("kill", job_id, timeout=60)
-        assert r.returncode == 0, fail_message(r)
+        assert r.returncode == 0, e2e.fail_message(r)
     rc = client.wait(120)
     assert rc != 0, client.stdout()
     e2e.wait_until(lambda: not [a for a in active_apps(cluster) if a["id"] == app_id], 60,
@@ -407,7 +397,7 @@ def test_bad_spark_settings_are_refused_before_anything_starts(run_shoal, write_
     ]
     for flags, job_file, env, message in cases:
         r = run_shoal("run", "--backend", "spark", *flags, job_file, timeout=60, env=env)
-        assert r.returncode == 2, f"{flags}: {fail_message(r)}"
+        assert r.returncode == 2, f"{flags}: {e2e.fail_message(r)}"
         assert message in r.stderr, f"{flags}: {r.stderr}"
     r = run_shoal("run", "--spark-master", cluster["SHOAL_SPARK_MASTER"], job, timeout=30)
     assert r.returncode == 2 and "--spark-master needs --backend spark" in r.stderr, r.stderr
@@ -432,10 +422,10 @@ def test_a_local_cluster_master_runs_the_job_in_its_own_executors(run_shoal, wri
         """)
     r = run_shoal("run", "--backend", "spark", "--spark-master", "local-cluster[2,1,1024]", job,
                   timeout=400)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     assert sorted(l for l in r.stdout.splitlines() if "rank=" in l) == [
         "worker:0 | rank=0 of 2", "worker:1 | rank=1 of 2"], r.stdout
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     app = application_of(job_dir)
     assert app["master"] == "local-cluster[2,1,1024]" and app["application_id"], app
     registered = {e["node"] for e in e2e.events_of(e2e.read_events(job_dir), "agent_registered")}

@@ -77,14 +77,8 @@ def no_application_left(cluster):
                    "every Shoal application on YARN to end")
 
 
-
-
 def application_of(job_dir):
     return json.loads((job_dir / "agents" / "spark" / "application.json").read_text())
-
-
-def fail_message(r):
-    return f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
 
 
 def test_pytorch_ddp_demo_trains_to_its_threshold_on_yarn(run_shoal, repo_root, jobs_dir,
@@ -92,7 +86,7 @@ def test_pytorch_ddp_demo_trains_to_its_threshold_on_yarn(run_shoal, repo_root, 
     # The demo's job file as it is: no `spark:` section. Shoal sizes the executors for YARN.
     r = run_shoal("run", "--backend", "spark", "--spark-master", "yarn",
                   repo_root / "examples" / "pytorch-ddp" / "job.yaml", timeout=400, env=yarn_env)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     accuracy = [float(m.group(1)) for l in r.stdout.splitlines()
                 if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
     assert accuracy and accuracy[0] >= 0.90, r.stdout
@@ -189,7 +183,7 @@ def test_a_job_waits_for_room_in_yarn_and_shoal_kill_leaves_no_application_nor_p
     assert "ACCEPTED" in status["reason"], status["reason"]
 
     r = run_shoal("kill", big_dir.name, timeout=60)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     rc = first.wait(120)
     assert rc != 0, first.stdout()
     e2e.wait_until(lambda: yarn_app(cluster, big_app)["state"] in ("FINISHED", "KILLED",
@@ -234,7 +228,7 @@ def test_yarn_needs_its_configuration_and_a_resource_manager_that_answers(
     for env, message in cases:
         r = run_shoal("run", "--backend", "spark", "--spark-master", "yarn", job, timeout=60,
                       env=env)
-        assert r.returncode == 2, f"{message}: {fail_message(r)}"
+        assert r.returncode == 2, f"{message}: {e2e.fail_message(r)}"
         assert message in r.stderr, f"{message}: {r.stderr}"
     assert not jobs_dir.exists() or not list(jobs_dir.iterdir())
     assert not unfinished_shoal_apps(cluster)

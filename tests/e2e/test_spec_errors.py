@@ -82,7 +82,6 @@ CASES = {
 }
 
 
-
 # Issue 23: job files that passed validation but could not run, and messages that did not say
 # what was wrong. Generated, since some are large, hold tabs or escapes; written as is.
 def _env_lines(count, size):

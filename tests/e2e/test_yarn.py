@@ -105,15 +105,6 @@ def agent_processes(job_dir):
     return found
 
 
-def only_job_dir(jobs_dir):
-    (job_dir,) = e2e.job_dirs(jobs_dir)
-    return job_dir
-
-
-def fail_message(r):
-    return f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
-
-
 def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job, repo_root,
                                                            jobs_dir, cluster, yarn_env):
     train = repo_root / "examples" / "pytorch-ddp" / "train.py"
@@ -129,12 +120,12 @@ def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job,
             resources: {{cpus: 1, memory: 2GiB}}
         """)
     r = run_shoal("run", "--backend", "yarn", job, timeout=280, env=yarn_env)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     accuracy = [float(m.group(1)) for l in r.stdout.splitlines()
                 if (m := re.fullmatch(r"worker:0 \| final_accuracy=([0-9.]+)", l))]
     assert accuracy and accuracy[0] >= 0.90, r.stdout
 
-    job_dir = only_job_dir(jobs_dir)
+    job_dir = e2e.only_job_dir(jobs_dir)
     events = e2e.read_events(job_dir)
     registered = {e["node"] for e in e2e.events_of(events, "agent_registered")}
     assert registered == {"worker.0", "worker.1"}, registered
@@ -165,7 +156,7 @@ def test_task_ports_reach_agents_in_containers(run_shoal, write_job, yarn_env):
         """)
     r = run_shoal("run", "--backend", "yarn", job, timeout=180,
                   env={**yarn_env, "SHOAL_TASK_PORTS": "24800-24899"})
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     ports = set()
     for line in r.stdout.splitlines():
         _, sep, rest = line.partition(" | ")
@@ -241,11 +232,11 @@ def test_more_memory_than_any_nodemanager_offers_is_refused_with_yarns_reason(
             resources: {cpus: 1, memory: 8GiB}
         """)
     r = run_shoal("run", "--backend", "yarn", job, timeout=90, env=yarn_env)
-    assert r.returncode == 1, fail_message(r)
+    assert r.returncode == 1, e2e.fail_message(r)
     # YARN's own words, from the ResourceManager through the application master.
     assert "YARN refused the containers:" in r.stderr, r.stderr
     assert "maximum allowed allocation" in r.stderr, r.stderr
-    app = app_of(cluster, only_job_dir(jobs_dir).name)
+    app = app_of(cluster, e2e.only_job_dir(jobs_dir).name)
     assert app["state"] in ("FINISHED", "FAILED"), app
     assert app["finalStatus"] == "FAILED", app
 
@@ -305,7 +296,7 @@ def test_bad_yarn_flags_are_refused_before_anything_starts(run_shoal, write_job,
     ]
     for flags, env, message in cases:
         r = run_shoal("run", "--backend", "yarn", *flags, job, timeout=60, env=env)
-        assert r.returncode == 2, f"{flags}: {fail_message(r)}"
+        assert r.returncode == 2, f"{flags}: {e2e.fail_message(r)}"
         assert message in r.stderr, f"{flags}: {r.stderr}"
     r = run_shoal("run", "--queue", "ml", job, timeout=30)
     assert r.returncode == 2 and "need --backend yarn" in r.stderr, r.stderr
@@ -358,11 +349,11 @@ def test_the_docs_run_a_job_with_only_what_cluster_sh_env_prints(cluster, tmp_pa
     r = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in fresh.items()), "bash", "-c",
                         script], capture_output=True, text=True, timeout=240, cwd=tmp_path,
                        start_new_session=True)
-    assert r.returncode == 0, fail_message(r)
+    assert r.returncode == 0, e2e.fail_message(r)
     assert "NoClassDefFoundError" not in r.stderr, r.stderr
     lines = set(r.stdout.splitlines())
     assert {"worker:0 | hello from worker 0", "worker:1 | hello from worker 1"} <= lines, r.stdout
-    app = app_of(cluster, only_job_dir(jobs).name)
+    app = app_of(cluster, e2e.only_job_dir(jobs).name)
     assert (app["state"], app["finalStatus"]) == ("FINISHED", "SUCCEEDED"), app
     # The staged files are gone with the application.
     e2e.wait_until(lambda: hdfs_status(cluster, staging_dir(app["id"])) is None, 30,
@@ -379,7 +370,7 @@ def test_an_am_without_hadoop_on_its_classpath_is_reported_as_a_classpath_proble
     bogus = "/nonexistent/hadoop/*"
     r = run_shoal("run", "--backend", "yarn", job, timeout=120,
                   env={**yarn_env, "SHOAL_YARN_AM_CLASSPATH": bogus})
-    assert r.returncode == 1, fail_message(r)
+    assert r.returncode == 1, e2e.fail_message(r)
     err = r.stderr
     # What is wrong, with which setting, and how to fix it; not a Java stack trace.
     assert "the YARN application master could not start: Java found no class org.apache.hadoop." \
@@ -387,7 +378,7 @@ def test_an_am_without_hadoop_on_its_classpath_is_reported_as_a_classpath_proble
     assert f"{bogus} (from SHOAL_YARN_AM_CLASSPATH)" in err, err
     assert "yarn.application.classpath" in err, err
     assert "\tat " not in err and "Exception in thread" not in err, err
-    app = app_of(cluster, only_job_dir(jobs_dir).name)
+    app = app_of(cluster, e2e.only_job_dir(jobs_dir).name)
     assert app["finalStatus"] == "FAILED", app
     e2e.wait_until(lambda: hdfs_status(cluster, staging_dir(app["id"])) is None, 30,
                    "the staging directory to be removed")
