@@ -162,6 +162,7 @@ bool TakeInput(dom::element element, size_t body_bytes, InferRequest& request) {
   Tensor tensor;
   tensor.name = std::string(name);
   tensor.datatype = *type;
+  tensor.shape.reserve(shape.size());
   for (dom::element dim : shape) {
     int64_t extent;
     // Floats and integers past int64 are errors here.

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string_view>
 
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "nlohmann/json.hpp"
@@ -100,7 +102,7 @@ struct ModelPath {
   std::string action;  // "", "ready", "stats" or "infer"
 };
 
-std::optional<ModelPath> ParseModelPath(const std::vector<std::string_view>& segments) {
+std::optional<ModelPath> ParseModelPath(absl::Span<const std::string_view> segments) {
   // segments[0] == "v2", segments[1] == "models"
   if (segments.size() < 3) return std::nullopt;
   ModelPath path;
@@ -319,7 +321,9 @@ HttpReply InferenceRoutes::Error(int status, std::string_view message) {
 void InferenceRoutes::Handle(HttpRequest req, HttpReplyFn reply) const {
   const bool get = req.method == "GET";
   const bool post = req.method == "POST";
-  std::vector<std::string_view> segments;
+  // Inline: a request's path has five segments at most, and a vector grown per request was
+  // three allocations of every inference.
+  absl::InlinedVector<std::string_view, 8> segments;
   if (!req.path.empty() && req.path[0] == '/') {
     std::string_view rest = std::string_view(req.path).substr(1);
     for (size_t slash; (slash = rest.find('/')) != std::string_view::npos;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,7 +24,8 @@ struct HttpRequest {
 
 struct HttpReply {
   int status = 200;
-  std::string content_type = "application/json";
+  // Always one of the routes' literals: a std::string of these would be allocated per reply.
+  std::string_view content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
 };

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <array>
+#include <cstddef>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -90,6 +92,49 @@ struct ServerState {
   }
 };
 
+// Where one request's header fields live: a buffer of its connection's, reused by every
+// request. Beast's fields allocate a node per field (and one for the target), four or five
+// heap allocations of a typical inference request; from here they cost a pointer bump. A
+// header larger than the buffer takes the rest from the heap. Reset() only while no fields
+// allocated from it are alive (between two requests' parsers).
+class FieldArena {
+ public:
+  void* Allocate(size_t bytes, size_t align) {
+    size_t at = (used_ + align - 1) & ~(align - 1);
+    if (at + bytes <= sizeof(buffer_)) {
+      used_ = at + bytes;
+      return buffer_ + at;
+    }
+    return ::operator new(bytes);
+  }
+  void Deallocate(void* p) {
+    auto* byte = static_cast<char*>(p);
+    if (byte < buffer_ || byte >= buffer_ + sizeof(buffer_)) ::operator delete(p);
+  }
+  void Reset() { used_ = 0; }
+
+ private:
+  alignas(std::max_align_t) char buffer_[2048];
+  size_t used_ = 0;
+};
+
+template <typename T>
+struct FieldAllocator {
+  using value_type = T;
+  FieldArena* arena;
+
+  explicit FieldAllocator(FieldArena* a) : arena(a) {}
+  template <typename U>
+  FieldAllocator(const FieldAllocator<U>& other) : arena(other.arena) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(arena->Allocate(n * sizeof(T), alignof(T))); }
+  void deallocate(T* p, size_t) { arena->Deallocate(p); }
+  template <typename U>
+  bool operator==(const FieldAllocator<U>& other) const { return arena == other.arena; }
+};
+
+using RequestFields = http::basic_fields<FieldAllocator<char>>;
+using RequestParser = http::request_parser<http::string_body, FieldAllocator<char>>;
+
 class Connection;
 
 // The connections of one event loop and the loop's coarse clock, which ticks once a sweep: each
@@ -160,7 +205,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadHeader() {
     if (state_->stopping) return Close();
-    parser_.emplace();
+    parser_.reset();  // the last request's fields go, then their arena is reused
+    field_arena_.Reset();
+    parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                    std::make_tuple(FieldAllocator<char>(&field_arena_)));
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(state_->max_body_bytes);
     ExpiresAfter(kIdleTimeout);
@@ -198,6 +246,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadBody() {
     ExpiresAfter(kTransferTimeout);
+    // A small request's body comes with its header, in the bytes already read: parsed here,
+    // it needs no second read operation, whose completion without I/O Beast would post to the
+    // loop's queue (a queue round trip per request).
+    if (!parser_->is_done() && buffer_.size() > 0) {
+      beast::error_code ec;
+      buffer_.consume(parser_->put(buffer_.data(), ec));
+      if (ec && ec != http::error::need_more) return OnReadError(ec);
+    }
+    if (parser_->is_done()) return OnRequest({});
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->OnRequest(ec);
@@ -234,7 +291,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnRequest(beast::error_code ec) {
     if (ec) return OnReadError(ec);
-    http::request<http::string_body> message = parser_->release();
+    http::request<http::string_body, RequestFields> message = parser_->release();
     parser_.reset();
     keep_alive_ = message.keep_alive();
     HttpRequest request;
@@ -270,8 +327,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         http::obsolete_reason(http::int_to_status(static_cast<unsigned>(reply.status)));
     absl::StrAppend(&head_, "HTTP/1.1 ", reply.status, " ");
     head_.append(reason.data(), reason.size());
-    absl::StrAppend(&head_, "\r\nContent-Type: ", reply.content_type,
-                    "\r\nContent-Length: ", reply.body.size(), "\r\n");
+    head_ += "\r\nContent-Type: ";
+    head_ += reply.content_type;
+    absl::StrAppend(&head_, "\r\nContent-Length: ", reply.body.size(), "\r\n");
     for (const auto& [name, value] : reply.headers) {
       absl::StrAppend(&head_, name, ": ", value, "\r\n");
     }
@@ -316,7 +374,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   LoopDeadlines* deadlines_;
   uint64_t deadline_ = LoopDeadlines::kNever;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  FieldArena field_arena_;  // before parser_, which allocates from it
+  std::optional<RequestParser> parser_;
   std::string head_;  // the reply being written: its status line and header,
   std::string body_;  // and its body
   bool keep_alive_ = true;
