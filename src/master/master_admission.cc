@@ -226,19 +226,15 @@ std::optional<size_t> Master::FormWorld(uint32_t generation, bool journal,
   std::map<std::string, uint32_t> with_joined;
   const std::vector<PlacedTask>& placement = admission_.placement();
   const std::vector<TaskRecord>& tasks = job_.tasks.tasks();
-  auto machine_of = [&](const std::string& place) {
-    auto it = job_.node_addresses.find(place);
-    return it == job_.node_addresses.end() || it->second.empty() ? "place:" + place : it->second;
-  };
   for (size_t i = 0; i < placement.size() && i < tasks.size(); ++i) {
     if (!tasks[i].in_world || in.slot_ports->count(tasks[i].Key()) > 0) continue;
     AgentSession* s = agents_.ForNode(placement[i].node);
     if (s == nullptr) continue;
     if (with_joined.empty()) with_joined = *in.slot_ports;
-    const std::string machine = machine_of(placement[i].node);
+    const std::string machine = MachineOf(placement[i].node, job_.node_addresses);
     std::set<uint32_t> held;
     for (size_t j = 0; j < placement.size() && j < tasks.size(); ++j) {
-      if (machine_of(placement[j].node) != machine) continue;
+      if (MachineOf(placement[j].node, job_.node_addresses) != machine) continue;
       if (auto it = with_joined.find(tasks[j].Key()); it != with_joined.end()) {
         held.insert(it->second);
       }

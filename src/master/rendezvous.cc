@@ -28,10 +28,7 @@ absl::StatusOr<std::map<std::string, uint32_t>> AssignTaskPorts(
   std::map<std::string, std::set<uint32_t>> held;  // machine -> ports its tasks hold
   for (const auto& p : placement) {
     auto offered = free_ports.find(p.node);
-    auto address = node_addresses.find(p.node);
-    std::set<uint32_t>& on_machine =
-        held[address == node_addresses.end() || address->second.empty() ? "place:" + p.node
-                                                                          : address->second];
+    std::set<uint32_t>& on_machine = held[MachineOf(p.node, node_addresses)];
     uint32_t port = offered == free_ports.end() ? 0 : FirstPortNotHeld(offered->second, on_machine);
     if (port == 0) {
       return absl::FailedPreconditionError(
@@ -41,6 +38,12 @@ absl::StatusOr<std::map<std::string, uint32_t>> AssignTaskPorts(
     ports[absl::StrCat(p.role, ":", p.index)] = port;
   }
   return ports;
+}
+
+std::string MachineOf(const std::string& place,
+                      const std::map<std::string, std::string>& node_addresses) {
+  auto it = node_addresses.find(place);
+  return it == node_addresses.end() || it->second.empty() ? place : it->second;
 }
 
 uint32_t FirstPortNotHeld(const std::vector<uint32_t>& offered, const std::set<uint32_t>& held) {
@@ -65,10 +68,7 @@ frameworks::ClusterPlan BuildClusterPlan(const RendezvousInputs& in) {
     auto it = in.node_addresses->find(place);
     return it == in.node_addresses->end() ? "" : it->second;
   };
-  auto host_of = [&](const std::string& place) {
-    std::string address = address_of(place);
-    return address.empty() ? place : address;
-  };
+  auto host_of = [&](const std::string& place) { return MachineOf(place, *in.node_addresses); };
   auto grant_of = [&](const std::string& node) -> const backends::NodeGrant* {
     for (const auto& g : *in.grants) {
       if (g.name == node) return &g;

@@ -56,6 +56,11 @@ absl::StatusOr<std::map<std::string, uint32_t>> AssignTaskPorts(
     const std::map<std::string, std::vector<uint32_t>>& free_ports,
     const std::map<std::string, std::string>& node_addresses = {});
 
+// The machine a place is on, for sharing ports, GPUs and ranks: the address its agent
+// reported; before that (or without one), the place itself.
+std::string MachineOf(const std::string& place,
+                      const std::map<std::string, std::string>& node_addresses);
+
 // The first of `offered` not in `held`; 0 when every one is.
 uint32_t FirstPortNotHeld(const std::vector<uint32_t>& offered, const std::set<uint32_t>& held);
 

@@ -89,22 +89,6 @@ def running_containers(cluster, app_id):
     return found
 
 
-def agent_processes(job_dir):
-    """pids of live `shoal agent` processes dialling the job's master (the containers are
-    processes of this machine)."""
-    master = json.loads((job_dir / "master.json").read_text())["address"].encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            stat = open(f"/proc/{pid}/stat", "rb").read()
-        except OSError:
-            continue
-        if b") Z" not in stat and b"agent" in argv and master in argv:
-            found.append(int(pid))
-    return found
-
-
 def test_pytorch_ddp_with_each_worker_in_its_own_container(run_shoal, write_job, repo_root,
                                                            jobs_dir, cluster, yarn_env):
     train = repo_root / "examples" / "pytorch-ddp" / "train.py"
@@ -181,7 +165,7 @@ def test_shoal_kill_kills_the_application_and_leaves_no_container(run_shoal, det
     app = app_of(cluster, job_id)
     assert app["state"] == "RUNNING", app
     assert len(running_containers(cluster, app["id"])) == 3  # the AM and two agents
-    assert len(agent_processes(jobs_dir / job_id)) == 2
+    assert len(e2e.agent_processes(jobs_dir / job_id)) == 2
     r = run_shoal("kill", job_id, timeout=60)
     assert r.returncode == 0, r.stderr
     wait_for_state(job_id, lambda s: s["state"] == "killed", 60, "the job to be killed")
@@ -190,7 +174,7 @@ def test_shoal_kill_kills_the_application_and_leaves_no_container(run_shoal, det
     e2e.wait_until(lambda: not running_containers(cluster, app["id"]), 30,
                    "every container of the application to end")
     e2e.wait_until(lambda: not e2e.task_processes(job_id), 30, "every task to end")
-    assert not agent_processes(jobs_dir / job_id)
+    assert not e2e.agent_processes(jobs_dir / job_id)
 
 
 def test_yarn_kill_from_outside_ends_shoal_run_with_a_clear_message(start_shoal, write_job,
@@ -260,7 +244,7 @@ def test_a_lost_container_is_replaced_under_the_failure_policy(start_shoal, writ
     client = start_shoal("run", "--backend", "yarn", job, env=yarn_env)
     job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
     e2e.wait_until(marker.exists, 90, "the first attempt to start")
-    agents = e2e.wait_until(lambda: agent_processes(job_dir) or None, 30, "the agent")
+    agents = e2e.wait_until(lambda: e2e.agent_processes(job_dir) or None, 30, "the agent")
     # The container's process, killed as a NodeManager's loss would; its task dies with it.
     os.kill(agents[0], 9)
     rc = client.wait(120)
@@ -417,7 +401,7 @@ def test_the_am_jar_and_the_agent_binary_reach_the_containers_from_hdfs(
     assert binary and binary["length"] == os.path.getsize(e2e.SHOAL_BIN), binary
     # The agent runs the NodeManager's localized copy, linked into its container's directory,
     # not this checkout's build.
-    (agent,) = agent_processes(jobs_dir / job_id)
+    (agent,) = e2e.agent_processes(jobs_dir / job_id)
     argv0 = open(f"/proc/{agent}/cmdline", "rb").read().split(b"\0")[0].decode()
     container_dir = os.readlink(f"/proc/{agent}/cwd")
     assert argv0 == f"{container_dir}/shoal", (argv0, container_dir)
@@ -479,7 +463,7 @@ def test_ddp_resumes_from_its_hdfs_checkpoint_after_a_worker_container_is_killed
     job_dir = e2e.wait_for_job(jobs_dir, timeout=60)
     e2e.wait_until(lambda: [n for n in hdfs_listing(cluster, ckpt) if n.startswith("ckpt-")],
                    120, "a checkpoint on HDFS")
-    agents = e2e.wait_until(lambda: agent_processes(job_dir) or None, 30, "the agents")
+    agents = e2e.wait_until(lambda: e2e.agent_processes(job_dir) or None, 30, "the agents")
     assert len(agents) == 2, agents
     # A whole worker container, killed mid-training as a lost NodeManager would lose it.
     os.kill(agents[-1], 9)

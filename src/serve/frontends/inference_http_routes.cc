@@ -6,9 +6,9 @@
 #include <string_view>
 
 #include "absl/container/inlined_vector.h"
-#include "absl/types/span.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "nlohmann/json.hpp"
 #include "serve/frontends/json_codec.h"
 #include "serve/frontends/prometheus_text.h"

@@ -4,8 +4,8 @@
 #include <sched.h>
 
 #include <array>
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
