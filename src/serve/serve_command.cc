@@ -31,6 +31,7 @@
 #include "serve/repository/model_repository.h"
 #include "serve/repository/repository_watcher.h"
 #include "serve/runtime/backend_loader.h"
+#include "serve/runtime/blas_kernels.h"
 #include "serve/runtime/model_backend.h"
 
 namespace shoal::serve {
@@ -124,6 +125,9 @@ int WaitForSignalUntil(const sigset_t& signals, Clock::time_point deadline) {
 
 int RunServer(const ServeOptions& options) {
   PinMallocMmapThreshold();  // before any thread has an arena
+  // Before any thread starts (setenv) and before the TorchScript runtime loads OpenBLAS; said
+  // once the server starts, so that a refused start prints only why.
+  std::optional<std::string> blas_kernels = ChooseOpenBlasKernels();
 
   // Signals are taken by sigwait below; block them before any thread starts, so that every
   // thread inherits the mask and none is killed by them.
@@ -222,6 +226,7 @@ int RunServer(const ServeOptions& options) {
   std::cout << "shoal serve: listening on http://" << options.host << ":" << (*http)->port()
             << "\nshoal serve: listening on grpc://" << options.host << ":" << (*grpc)->port()
             << std::endl;
+  if (blas_kernels) std::cerr << "shoal serve: " << *blas_kernels << "\n";
   std::cerr << "shoal serve: " << (*backend)->Description() << ", " << cpus
             << " CPU(s); loading " << scan->models.size() << " model(s) from "
             << options.model_repository << std::endl;

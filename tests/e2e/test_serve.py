@@ -29,15 +29,15 @@ MAX_REQUEST_BYTES = 200_000
 class Server:
     """A running `shoal serve`, its port read from the line it prints."""
 
-    def __init__(self, shoal_bin, repository, out_dir, *extra):
+    def __init__(self, shoal_bin, repository, out_dir, *extra, env=None):
         self.stdout_path = out_dir / "serve.stdout"
         self.stderr_path = out_dir / "serve.stderr"
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [shoal_bin, "serve", "--model-repository", str(repository), "--http-port", "0",
                  "--grpc-port", "0", *map(str, extra)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=e2e.base_env(),
-                start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                env=e2e.base_env(env), start_new_session=True)
         line = e2e.wait_until(self._listening_line, 60, "shoal serve to print its port")
         assert line.startswith("shoal serve: listening on http://127.0.0.1:"), line
         self.port = int(line.rsplit(":", 1)[1])
@@ -167,6 +167,47 @@ def test_health_and_server_metadata(server):
     assert meta["version"] == "0.1.0"
     assert "statistics" in meta["extensions"]
     assert meta["backend"].startswith("libtorch ")
+
+
+def expected_openblas_kernels():
+    """The kernels shoal serve should give OpenBLAS on this CPU (blas_kernels.h), from
+    /proc/cpuinfo: None where it leaves the choice to OpenBLAS (not Intel, or no AVX)."""
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    if "GenuineIntel" not in cpuinfo:
+        return None
+    flags = set(next(l for l in cpuinfo.splitlines() if l.startswith("flags")).split(":")[1].split())
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    return "Sandybridge" if "avx" in flags else None
+
+
+def test_openblas_gets_the_kernels_this_cpu_runs_and_the_log_says_which(server):
+    # Debian's OpenBLAS 0.3.21 gives Intel models newer than its table (these machines' Xeons)
+    # its SSE3 Prescott kernels, which ran the LSTM 2.4x slower.
+    expected = expected_openblas_kernels()
+    _, meta = server.get("/v2")
+    if expected is None:
+        assert "OpenBLAS" in meta["backend"], meta["backend"]
+        return
+    assert f"OpenBLAS {expected} kernels" in meta["backend"], meta["backend"]
+    assert (f"shoal serve: OpenBLAS kernels: {expected}, chosen from this CPU's features (set "
+            "OPENBLAS_CORETYPE to choose others)") in server.stderr()
+
+
+def test_an_openblas_coretype_the_caller_set_is_kept(shoal_bin, repository, tmp_path):
+    repo = tmp_path / "models"
+    (repo / "identity" / "1").mkdir(parents=True)
+    shutil.copy(repository / "identity" / "1" / "model.pt", repo / "identity" / "1")
+    s = Server(shoal_bin, repo, tmp_path, env={"OPENBLAS_CORETYPE": "Prescott"})
+    try:
+        s.wait_ready()
+        _, meta = s.get("/v2")
+        assert "OpenBLAS Prescott kernels" in meta["backend"], meta["backend"]
+        assert "chosen from this CPU's features" not in s.stderr()
+    finally:
+        s.kill()
 
 
 def test_a_keep_alive_connection_serves_many_requests(server):

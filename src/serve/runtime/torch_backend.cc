@@ -3,6 +3,8 @@
 // Every entry point catches what libtorch throws (c10::Error and std::exception) and turns it
 // into an error string: nothing is thrown across the module boundary.
 
+#include <dlfcn.h>
+
 #include <ATen/Parallel.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/script.h>
@@ -222,13 +224,26 @@ class TorchBackend final : public ModelBackend {
     }
   }
 
+  // The kernels OpenBLAS chose when libtorch loaded it (blas_kernels.h says why they matter);
+  // empty where libtorch was built on another BLAS.
+  static std::string OpenBlasCore() {
+    void* library = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    if (library == nullptr) return {};
+    auto corename = reinterpret_cast<char* (*)()>(dlsym(library, "openblas_get_corename"));
+    std::string name = corename != nullptr && corename() != nullptr ? corename() : "";
+    dlclose(library);  // drops only the reference RTLD_NOLOAD took
+    return name;
+  }
+
   void ReleaseIdleMemory() override { CachingCpuAllocator::Cache().TrimIfIdle(); }
 
   std::string Description() const override {
     std::string parallel = at::get_parallel_info().find("OpenMP") != std::string::npos
                                ? "OpenMP"
                                : "native thread pool";
-    return "libtorch " TORCH_VERSION " (" + parallel + ")";
+    std::string blas = OpenBlasCore();
+    return "libtorch " TORCH_VERSION " (" + parallel +
+           (blas.empty() ? std::string() : ", OpenBLAS " + blas + " kernels") + ")";
   }
 };
 
