@@ -163,6 +163,42 @@ def ratio(a, b):
     return round(a / b, 4)
 
 
+def shoal_openblas_coretype():
+    """The OPENBLAS_CORETYPE `shoal serve` sets on this CPU (src/serve/runtime/blas_kernels.h:
+    on Intel, SkylakeX with AVX-512 F/BW/VL/DQ, Haswell with AVX2 and FMA, Sandybridge with
+    AVX), or None where it leaves the choice to OpenBLAS."""
+    with contextlib.suppress(OSError):
+        text = Path("/proc/cpuinfo").read_text()
+        if "GenuineIntel" not in text:
+            return None
+        flags = set()
+        for line in text.splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"} <= flags:
+            return "SkylakeX"
+        if {"avx2", "fma"} <= flags:
+            return "Haswell"
+        if "avx" in flags:
+            return "Sandybridge"
+    return None
+
+
+def same_openblas_kernels(choice):
+    """Makes every process the benchmark starts (servers, peers, the bare loop) run OpenBLAS's
+    `choice` of kernels ("shoal": the ones `shoal serve` picks for itself; "": OpenBLAS's own
+    choice, which shoal serve then overrides): what it set, recorded with the figures. Without
+    this the peers and the bare loop would run Debian's OpenBLAS fallback on a CPU it does not
+    know while shoal does not, and the ratios would measure the BLAS, not the servers."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    value = shoal_openblas_coretype() if choice == "shoal" else (choice or None)
+    if value:
+        os.environ["OPENBLAS_CORETYPE"] = value
+    return value
+
+
 def machine_info():
     info = {"cpus": os.cpu_count()}
     with contextlib.suppress(OSError):

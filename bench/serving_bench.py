@@ -737,6 +737,11 @@ def parse_args(argv):
     p.add_argument("--server-cpu", type=int, default=0)
     p.add_argument("--load-cpu", type=int, default=1)
     p.add_argument("--keep", action="store_true", help="keep the temporary repository and logs")
+    p.add_argument("--openblas-coretype", default="shoal",
+                   help="OpenBLAS kernels for every server and the bare loop: 'shoal' (those "
+                        "shoal serve picks for this CPU), a name such as Haswell, or '' "
+                        "(OpenBLAS's own choice for the others); an OPENBLAS_CORETYPE in the "
+                        "environment wins")
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.servers = [s for s in args.servers.split(",") if s]
@@ -763,6 +768,7 @@ def main(argv=None):
         "models", "servers", "concurrency", "duration", "warmup", "open_fraction",
         "open_connections", "reps", "max_batch_size", "batch_delay_us", "baseline_workers",
         "libtorch_duration", "floor_concurrency", "server_cpu", "load_cpu")}
+    result["settings"]["openblas_coretype"] = c.same_openblas_kernels(args.openblas_coretype)
     cores = 1  # every server is pinned to one core; figures per core divide by this
 
     shoal, shoal_err = c.find_shoal(args.shoal)

@@ -66,9 +66,13 @@ SERVERS = {
     "litserve": {"protocol": "native", "path": "/predict", "venv": "peer-litserve",
                  "launcher": "litserve_server.py", "dist": "litserve"},
 }
-# The issue's "Python v2 servers" (the tiny models' 20x target) and the peers the LSTM's 2.5x
-# target takes the best of (every peer: each runs the model in Python workers).
-PYTHON_V2 = ("fastapi", "mlserver", "kserve")
+# The issue's "Python v2 servers" (the tiny models' 20x target): the model servers that speak
+# the v2 protocol, MLServer and KServe. The issue's sentence names the minimal FastAPI app
+# apart, with a target of its own (5x less CPU per request): were it one of them, 20x its
+# throughput on one core would imply 20x less CPU, and the 5x target would say nothing. Its
+# throughput ratio is still reported (ratios.throughput_shoal_over.fastapi). The peers the
+# LSTM's 2.5x target takes the best of: every peer (each runs the model in Python workers).
+PYTHON_V2 = ("mlserver", "kserve")
 PEERS = ("fastapi", "torchserve", "mlserver", "kserve", "ray", "litserve")
 TINY = ("identity", "mlp")
 
@@ -481,6 +485,10 @@ def run_server(name, model, args, repos, tmp, rows, expected):
             c.log(f"  {name} did not start: {err}")
             return {"error": f"did not start: {err}"}
         out = {"protocol": protocol, "url": url, "start_s": round(time.monotonic() - t0, 1)}
+        if name in ("shoal", "shoal_aa"):  # which libtorch and OpenBLAS kernels it runs
+            status, raw = sb.http_get(base + "/v2")
+            with contextlib.suppress(ValueError, AttributeError):
+                out["backend"] = json.loads(raw).get("backend") if status == 200 else None
         if expected is None:  # shoal, first: its answers are the reference
             answers = ask_rows(url, model, protocol, rows)
             try:
@@ -572,6 +580,7 @@ def anchors(model, shoal_fig, reply, args, repos, tmp):
     out = {}
     batch = max(1, round((shoal_fig or {}).get("mean_batch_size") or 1))
     out["batch_size"] = batch
+    out["server_cpus"] = len(args.server_cpus) if args.server_cpus else os.cpu_count()
     if args.loop_tool is None:
         out["libtorch_loop"] = {"error": args.loop_error}
     else:
@@ -601,11 +610,15 @@ def anchors(model, shoal_fig, reply, args, repos, tmp):
 
 # ------------------------------------------------------------------------------- the targets
 
-def verdict(value, threshold, at_least, resolution):
-    """"met", "not met", "not resolvable" (value within the A/A resolution of the threshold)
-    or "not measured"."""
+def verdict(value, threshold, at_least, resolution, ceiling=None):
+    """"met", "not met", "not resolvable" (value within the A/A resolution of the threshold),
+    "beyond the bare loop" (a ratio of throughputs that even the bare libtorch loop, with no
+    server at all, stays under on this machine: `ceiling`, the loop's ratio, is below the
+    threshold, so no server can meet it here) or "not measured"."""
     if value is None:
         return "not measured"
+    if at_least and ceiling is not None and ceiling < threshold and value < threshold:
+        return "beyond the bare loop"
     if resolution is None:
         return "not resolvable"
     if abs(value / threshold - 1.0) <= resolution:
@@ -653,12 +666,19 @@ def derive(model, best, anchor):
     loop_fig = loop.get(str(anchor.get("batch_size"))) if isinstance(loop, dict) else None
     loop_cpu = (loop_fig or {}).get("cpu_us_per_row")
     if model == "lstm":
+        # What the bare loop would do on the server's core at shoal's batch size, over each
+        # peer: the most any server running this model here could reach.
+        loop_rps = (1e6 / loop_cpu * (anchor.get("server_cpus") or 1)) if loop_cpu else None
+        ceiling = {p: c.ratio(loop_rps, tput(p)) for p in PEERS if tput(p) and loop_rps}
+        ratios["bare_loop_over"] = ceiling
+        best_peer = max((p for p in PEERS if tput(p)), key=tput, default=None)
         ratios["lstm_over_best_peer"] = ahead
         targets["lstm_at_least_2_5x_best_peer"] = verdict(ahead, LSTM_OVER_BEST_PEER, True,
-                                                          res["throughput"])
+                                                          res["throughput"],
+                                                          ceiling.get(best_peer))
         r = per_peer.get("fastapi")
         targets["lstm_at_least_10x_fastapi"] = verdict(r, LSTM_OVER_FASTAPI, True,
-                                                       res["throughput"])
+                                                       res["throughput"], ceiling.get("fastapi"))
         limit = loop_cpu + floor_cpu if loop_cpu is not None and floor_cpu is not None else None
         ratios["cpu_limit_us_per_request"] = round(limit, 3) if limit is not None else None
         ratios["cpu_limit_parts"] = {"loop_us_per_row": loop_cpu, "floor_us_per_request":
@@ -751,6 +771,11 @@ def parse_args(argv):
     p.add_argument("--server-cpus", help="comma-separated (default: see default_cpus)")
     p.add_argument("--load-cpu", type=int)
     p.add_argument("--keep", action="store_true", help="keep the temporary files and logs")
+    p.add_argument("--openblas-coretype", default="shoal",
+                   help="OpenBLAS kernels for every server and the bare loop: 'shoal' (those "
+                        "shoal serve picks for this CPU), a name such as Haswell, or '' "
+                        "(OpenBLAS's own choice for the others); an OPENBLAS_CORETYPE in the "
+                        "environment wins")
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.servers = [s for s in args.servers.split(",") if s]
@@ -797,6 +822,7 @@ def main(argv=None):
         "shoal_batch_delay_us", "peer_max_batch_size", "peer_batch_delay_ms",
         "libtorch_duration", "floor_concurrency", "load_cpu")}
     result["settings"]["server_cpus"] = sorted(args.server_cpus)
+    result["settings"]["openblas_coretype"] = c.same_openblas_kernels(args.openblas_coretype)
 
     args.shoal, args.shoal_error = c.find_shoal(args.shoal)
     if args.shoal and not args.shoal_error:

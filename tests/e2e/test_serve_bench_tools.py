@@ -634,9 +634,55 @@ def test_peers_verdicts_leave_what_the_aa_pair_cannot_resolve():
     assert peers.verdict(1.4, 1.3, False, 0.05) == "not met"
     assert peers.verdict(None, 1.3, False, 0.05) == "not measured"
     assert peers.verdict(2.0, 1.3, False, None) == "not resolvable"
+    # Under a target that even the bare loop misses on this machine: no server can meet it.
+    assert peers.verdict(1.7, 2.5, True, 0.01, ceiling=2.0) == "beyond the bare loop"
+    assert peers.verdict(1.7, 2.5, True, 0.01, ceiling=3.0) == "not met"
+    assert peers.verdict(2.6, 2.5, True, 0.01, ceiling=3.0) == "met"
     assert peers.aa_resolution({"throughput_rps": 110.0, "cpu_us_per_request": 10.0},
                                {"throughput_rps": 100.0, "cpu_us_per_request": 10.0}) == {
         "throughput": 0.1, "cpu_per_request": 0.0}
+
+
+def _fig(rps, cpu_us):
+    return {"throughput_rps": rps, "cpu_us_per_request": cpu_us}
+
+
+def test_peers_lstm_targets_past_the_bare_loop_say_so():
+    """The LSTM's ratios to the peers are bounded by the bare loop's own: with the loop at 100 us
+    per row (10,000 rows/s on the server's core), 2.5x a 5,000 req/s peer is out of reach of any
+    server, and said to be; 10x a 900 req/s app is not, and shoal's 8.5x misses it."""
+    peers = _peers_module()
+    best = {"shoal": _fig(8500, 117), "shoal_aa": _fig(8520, 117), "torchserve": _fig(5000, 200),
+            "fastapi": _fig(1000, 1000)}
+    anchor = {"batch_size": 107, "server_cpus": 1,
+              "libtorch_loop": {"107": {"cpu_us_per_row": 100.0}},
+              "floor": {"closed": {"cpu_us_per_request": 5.0}}}
+    ratios, targets = peers.derive("lstm", best, anchor)
+    assert ratios["bare_loop_over"] == {"torchserve": 2.0, "fastapi": 10.0}
+    assert targets["lstm_at_least_2_5x_best_peer"] == "beyond the bare loop"
+    assert targets["lstm_at_least_10x_fastapi"] == "not met"
+    # On two server CPUs the loop's ceiling doubles: then the 2.5x is shoal's to miss.
+    anchor["server_cpus"] = 2
+    ratios, targets = peers.derive("lstm", best, anchor)
+    assert ratios["bare_loop_over"]["torchserve"] == 4.0
+    assert targets["lstm_at_least_2_5x_best_peer"] == "not met"
+
+
+def test_peers_tiny_20x_target_is_over_the_python_v2_servers_and_fastapi_has_its_own():
+    peers = _peers_module()
+    best = {"shoal": _fig(100000, 10.0), "shoal_aa": _fig(100500, 10.0),
+            "fastapi": _fig(7000, 140.0), "mlserver": _fig(1500, 660.0),
+            "kserve": _fig(2000, 500.0)}
+    anchor = {"batch_size": 64, "server_cpus": 1, "libtorch_loop": {},
+              "floor": {"closed": {"cpu_us_per_request": 5.0}}}
+    ratios, targets = peers.derive("identity", best, anchor)
+    assert targets["tiny_at_least_20x_every_python_v2"] == "met"  # 50x KServe, 66.7x MLServer
+    assert ratios["throughput_shoal_over_best_python_v2"] == 50.0
+    assert ratios["throughput_shoal_over"]["fastapi"] == 14.2857  # reported, not in the 20x
+    assert targets["tiny_5x_less_cpu_than_fastapi"] == "met"
+    best["kserve"] = _fig(6000, 160.0)
+    _, targets = peers.derive("identity", best, anchor)
+    assert targets["tiny_at_least_20x_every_python_v2"] == "not met"
 
 
 def run_peers(*args, timeout=600):
@@ -672,6 +718,10 @@ def test_peers_search_on_shoal_alone_and_a_missing_peer(tmp_path):
     assert str(anchors["batch_size"]) in anchors["libtorch_loop"]
     assert anchors["floor"]["closed"]["cpu_us_per_request"] >= 0
     assert entry["ratios"]["aa_resolution"]["throughput"] is not None
+    # Every process runs the OpenBLAS kernels shoal serve picks for itself, and shoal says so.
+    coretype = out["settings"]["openblas_coretype"]
+    if coretype:
+        assert f"OpenBLAS {coretype} kernels" in entry["servers"]["shoal"]["backend"]
     # No peer measured: every peer target says so.
     assert entry["targets"]["ahead_of_every_peer"] == "not measured"
     assert entry["targets"]["tiny_at_least_20x_every_python_v2"] == "not measured"
