@@ -37,7 +37,8 @@ std::optional<std::string> ChooseOpenBlasKernels() {
   std::optional<std::string_view> core = OpenBlasCoreFor(DetectCpuFeatures());
   if (!core) return std::nullopt;
   std::string value(*core);
-  if (setenv(kCoreTypeVariable, value.c_str(), /*overwrite=*/0) != 0) return std::nullopt;
+  // Overwrite: an empty value is there, and OpenBLAS would read it (it then picks by itself).
+  if (setenv(kCoreTypeVariable, value.c_str(), /*overwrite=*/1) != 0) return std::nullopt;
   return absl::StrCat("OpenBLAS kernels: ", value, ", chosen from this CPU's features (set ",
                       kCoreTypeVariable, " to choose others)");
 }
