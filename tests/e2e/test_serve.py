@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -170,17 +171,12 @@ def test_health_and_server_metadata(server):
 
 
 def expected_openblas_kernels():
-    """The kernels shoal serve should give OpenBLAS on this CPU (blas_kernels.h), from
-    /proc/cpuinfo: None where it leaves the choice to OpenBLAS (not Intel, or no AVX)."""
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    if "GenuineIntel" not in cpuinfo:
-        return None
-    flags = set(next(l for l in cpuinfo.splitlines() if l.startswith("flags")).split(":")[1].split())
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"} <= flags:
-        return "SkylakeX"
-    if {"avx2", "fma"} <= flags:
-        return "Haswell"
-    return "Sandybridge" if "avx" in flags else None
+    """The kernels shoal serve should give OpenBLAS on this CPU (blas_kernels.h), read from
+    /proc/cpuinfo by the benchmarks' helper, which puts the same value in every peer's
+    environment: None where shoal leaves the choice to OpenBLAS (not Intel, or no AVX)."""
+    sys.path.insert(0, str(e2e.REPO_ROOT / "bench"))
+    import _common  # noqa: E402  (bench/, not a package)
+    return _common.shoal_openblas_coretype()
 
 
 def test_openblas_gets_the_kernels_this_cpu_runs_and_the_log_says_which(server):
