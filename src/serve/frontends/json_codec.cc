@@ -11,6 +11,8 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "fmt/compile.h"
+#include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "serve/frontends/common_infer_request.h"
 
@@ -39,14 +41,19 @@ std::string InputLabel(size_t index, const std::string& name) {
                       : absl::StrCat("inputs[", index, "] (", name, ")");
 }
 
-// A JSON string literal; invalid UTF-8 is replaced rather than thrown about. Names are
-// almost always plain printable ASCII, which needs no escaping and no document.
-std::string Quote(const std::string& text) {
+// A JSON string literal appended to `out`; invalid UTF-8 is replaced rather than thrown about.
+// Names are almost always plain printable ASCII, which needs no escaping and no document.
+void AppendQuoted(std::string& out, std::string_view text) {
   bool plain = std::all_of(text.begin(), text.end(), [](char c) {
     return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
   });
-  if (plain) return absl::StrCat("\"", text, "\"");
-  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (plain) {
+    out += '"';
+    out += text;
+    out += '"';
+    return;
+  }
+  out += json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 const char* JsonTypeName(const json& value) {
@@ -334,36 +341,52 @@ absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index, BinaryTail* 
   return tensor;
 }
 
+// The longest text WriteNumber gives: an int64's 20 characters, a double's shortest
+// round-trip form ("-2.2250738585072014e-308", 24) or "-Infinity".
+constexpr size_t kMaxNumberChars = 24;
+
+// `value` written at `at`, which has room for kMaxNumberChars; returns the end. Floating-point
+// values take their shortest text that reads back as the same value (fmt's Dragonbox: a third
+// less CPU than std::to_chars, which was a sixth of a small response's cost).
 template <typename T>
-void WriteNumber(std::string& out, T value) {
+char* WriteNumber(char* at, T value) {
   if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(value)) {
-      out += "NaN";
-      return;
-    }
+    if (std::isnan(value)) return std::copy_n("NaN", 3, at);
     if (std::isinf(value)) {
-      out += value > 0 ? "Infinity" : "-Infinity";
-      return;
+      return value > 0 ? std::copy_n("Infinity", 8, at) : std::copy_n("-Infinity", 9, at);
     }
+    return fmt::format_to(at, FMT_COMPILE("{}"), value);
+  } else {
+    return std::to_chars(at, at + kMaxNumberChars, value).ptr;
   }
-  char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  out.append(buffer, end);
 }
 
 template <typename T>
+void AppendNumber(std::string& out, T value) {
+  char buffer[kMaxNumberChars];
+  out.append(buffer, WriteNumber(buffer, value));
+}
+
+// The elements, comma-separated, written straight into `out`'s storage: appending them one
+// character or number at a time cost as much again as formatting them.
+template <typename T>
 void WriteElements(std::string& out, const Tensor& tensor) {
   size_t n = tensor.data.size() / sizeof(T);
+  if (n == 0) return;
+  size_t start = out.size();
+  out.resize(start + n * (kMaxNumberChars + 1));
+  char* at = out.data() + start;
   for (size_t i = 0; i < n; ++i) {
-    if (i > 0) out += ',';
+    if (i > 0) *at++ = ',';
     T value;
     std::memcpy(&value, tensor.data.data() + i * sizeof(T), sizeof(T));
     if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
-      WriteNumber(out, static_cast<int>(value));
+      at = WriteNumber(at, static_cast<int>(value));
     } else {
-      WriteNumber(out, value);
+      at = WriteNumber(at, value);
     }
   }
+  out.resize(static_cast<size_t>(at - out.data()));
 }
 
 void WriteData(std::string& out, const Tensor& tensor) {
@@ -522,43 +545,45 @@ std::string EncodeInferResponse(std::string_view model_name, int64_t version,
 EncodedInferResponse EncodeInferResponse(std::string_view model_name, int64_t version,
                                          std::string_view id, const std::vector<Tensor>& outputs,
                                          const BinaryOutputs& binary) {
-  size_t size_hint = 128, binary_size = 0;
+  // Room for every number at its longest, so that the text is never moved while it grows.
+  size_t size_hint = 128 + model_name.size() + id.size(), binary_size = 0;
   for (const Tensor& t : outputs) {
     if (binary.IsBinary(t.name)) {
       binary_size += t.data.size();
     } else {
-      size_hint += 64 + t.data.size() * 4;
+      size_hint += 96 + t.name.size() + t.shape.size() * (kMaxNumberChars + 1) +
+                   t.data.size() / DataTypeSize(t.datatype) * (kMaxNumberChars + 1);
     }
   }
   size_hint += binary_size;
   std::string out;
   out.reserve(size_hint);
   out += "{\"model_name\":";
-  out += Quote(std::string(model_name));
+  AppendQuoted(out, model_name);
   out += ",\"model_version\":\"";
-  out += std::to_string(version);
+  AppendNumber(out, version);
   out += '"';
   if (!id.empty()) {
     out += ",\"id\":";
-    out += Quote(std::string(id));
+    AppendQuoted(out, id);
   }
   out += ",\"outputs\":[";
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& t = outputs[i];
     if (i > 0) out += ',';
     out += "{\"name\":";
-    out += Quote(t.name);
+    AppendQuoted(out, t.name);
     out += ",\"datatype\":\"";
     out += DataTypeName(t.datatype);
     out += "\",\"shape\":[";
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (d > 0) out += ',';
-      out += std::to_string(t.shape[d]);
+      AppendNumber(out, t.shape[d]);
     }
     out += ']';
     if (binary.IsBinary(t.name)) {
       out += ",\"parameters\":{\"binary_data_size\":";
-      out += std::to_string(t.data.size());
+      AppendNumber(out, t.data.size());
       out += '}';
     } else {
       out += ",\"data\":";

@@ -486,6 +486,54 @@ TEST(JsonCodecTest, EncodedFloatsRoundTripExactly) {
   EXPECT_EQ(back, values);
 }
 
+// Every finite float and double written is the shortest text that reads back as the same
+// value, whatever its magnitude (a random sweep of bit patterns, with the extremes), and the
+// integers' extremes come out whole; thousands of values in one tensor too.
+TEST(JsonCodecTest, EncodedNumbersOfEveryWidthReadBackExactly) {
+  std::mt19937_64 random(27);
+  std::vector<float> floats = {std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::max(),
+                               -std::numeric_limits<float>::max(), 123456789.0f, 1e8f, 1e-4f};
+  std::vector<double> doubles = {std::numeric_limits<double>::denorm_min(),
+                                 std::numeric_limits<double>::min(),
+                                 std::numeric_limits<double>::max(),
+                                 -std::numeric_limits<double>::min(), 1e21, 0.1};
+  while (floats.size() < 5000) {
+    auto bits = static_cast<uint32_t>(random());
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    if (std::isfinite(f)) floats.push_back(f);
+  }
+  while (doubles.size() < 5000) {
+    uint64_t bits = random();
+    double d;
+    std::memcpy(&d, &bits, sizeof(d));
+    if (std::isfinite(d)) doubles.push_back(d);
+  }
+  std::vector<int64_t> int64s = {std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max(), 0, -1};
+  std::string body = EncodeInferResponse(
+      "m", 1, "",
+      {MakeTensor<float>("f", DataType::kFp32, {static_cast<int64_t>(floats.size())}, floats),
+       MakeTensor<double>("d", DataType::kFp64, {static_cast<int64_t>(doubles.size())}, doubles),
+       MakeTensor<int64_t>("i", DataType::kInt64, {4}, int64s),
+       MakeTensor<int16_t>("s", DataType::kInt16, {2}, {-32768, 32767})});
+  nlohmann::json parsed = nlohmann::json::parse(body);
+  std::vector<float> floats_back;
+  for (const auto& v : parsed["outputs"][0]["data"]) floats_back.push_back(v.get<float>());
+  EXPECT_EQ(floats_back, floats);
+  std::vector<double> doubles_back;
+  for (const auto& v : parsed["outputs"][1]["data"]) doubles_back.push_back(v.get<double>());
+  EXPECT_EQ(doubles_back, doubles);
+  EXPECT_EQ(parsed["outputs"][2]["data"].get<std::vector<int64_t>>(), int64s);
+  EXPECT_EQ(parsed["outputs"][3]["data"].get<std::vector<int16_t>>(),
+            (std::vector<int16_t>{-32768, 32767}));
+  // Shortest: a float takes at most 9 significant digits, and 0.1f is "0.1", not 0.100000001.
+  EXPECT_THAT(body, testing::HasSubstr("\"data\":[1e-45,"));
+  EXPECT_THAT(body, testing::Not(testing::HasSubstr("0.100000")));
+}
+
 TEST(JsonCodecTest, EncodesErrorsAsAnErrorObject) {
   EXPECT_EQ(EncodeError("model 'x' has no input \"q\""),
             R"({"error":"model 'x' has no input \"q\""})");
