@@ -12,7 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -62,9 +61,6 @@ constexpr uint32_t kMaxHeaderBytes = 64 * 1024;
 // this much.
 constexpr std::chrono::seconds kSweepInterval{1};
 
-// Boost 1.74's string_view is not std's.
-std::string_view Std(beast::string_view view) { return {view.data(), view.size()}; }
-
 // What every connection shares.
 struct ServerState {
   const InferenceRoutes* routes = nullptr;
@@ -92,48 +88,82 @@ struct ServerState {
   }
 };
 
-// Where one request's header fields live: a buffer of its connection's, reused by every
-// request. Beast's fields allocate a node per field (and one for the target), four or five
-// heap allocations of a typical inference request; from here they cost a pointer bump. A
-// header larger than the buffer takes the rest from the heap. Reset() only while no fields
-// allocated from it are alive (between two requests' parsers).
-class FieldArena {
+// What the server keeps of one request: the request line, the fields it acts on and the body.
+// A connection reuses one for all its requests, so that their strings keep their storage.
+struct RequestHead {
+  std::string method;
+  std::string target;
+  // Of a field given twice the first counts, as with Beast's own fields container.
+  std::optional<std::string> authorization;
+  std::optional<std::string> expect;
+  std::optional<std::string> inference_header_content_length;
+  std::string body;
+
+  void Clear() {
+    method.clear();
+    target.clear();
+    authorization.reset();
+    expect.reset();
+    inference_header_content_length.reset();
+    body.clear();
+  }
+};
+
+// Beast's HTTP/1.1 request parser (framing, limits, keep-alive, chunked bodies), writing into a
+// RequestHead. Beast's own request_parser keeps every field in a container, which the server
+// then searched again by name: about 2,000 instructions of a small inference request's ~34,000
+// (docs/design/0005-serving.md, "Where a small request's CPU goes").
+class RequestReader : public http::basic_parser<true> {
  public:
-  void* Allocate(size_t bytes, size_t align) {
-    size_t at = (used_ + align - 1) & ~(align - 1);
-    if (at + bytes <= sizeof(buffer_)) {
-      used_ = at + bytes;
-      return buffer_ + at;
-    }
-    return ::operator new(bytes);
-  }
-  void Deallocate(void* p) {
-    auto* byte = static_cast<char*>(p);
-    if (byte < buffer_ || byte >= buffer_ + sizeof(buffer_)) ::operator delete(p);
-  }
-  void Reset() { used_ = 0; }
+  explicit RequestReader(RequestHead* head) : head_(head) {}
 
  private:
-  alignas(std::max_align_t) char buffer_[2048];
-  size_t used_ = 0;
+  void on_request_impl(http::verb, beast::string_view method, beast::string_view target, int,
+                       beast::error_code& ec) override {
+    head_->method.assign(method.data(), method.size());
+    head_->target.assign(target.data(), target.size());
+    ec = {};
+  }
+  void on_response_impl(int, beast::string_view, int, beast::error_code& ec) override {
+    ec = http::error::bad_version;  // a request parser is never given a status line
+  }
+  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
+                     beast::error_code& ec) override {
+    ec = {};
+    std::optional<std::string>* kept = nullptr;
+    if (name == http::field::authorization) {
+      kept = &head_->authorization;
+    } else if (name == http::field::expect) {
+      kept = &head_->expect;
+    } else if (name == http::field::unknown &&
+               beast::iequals(name_string, kInferenceHeaderContentLength)) {
+      kept = &head_->inference_header_content_length;
+    }
+    if (kept != nullptr && !kept->has_value()) kept->emplace(value.data(), value.size());
+  }
+  void on_header_impl(beast::error_code& ec) override { ec = {}; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
+                         beast::error_code& ec) override {
+    // The parser has held it to the body limit already.
+    if (content_length) head_->body.reserve(static_cast<size_t>(*content_length));
+    ec = {};
+  }
+  size_t on_body_impl(beast::string_view body, beast::error_code& ec) override {
+    head_->body.append(body.data(), body.size());
+    ec = {};
+    return body.size();
+  }
+  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code& ec) override {
+    ec = {};
+  }
+  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body,
+                            beast::error_code& ec) override {
+    return on_body_impl(body, ec);
+  }
+  void on_finish_impl(beast::error_code& ec) override { ec = {}; }
+
+  RequestHead* head_;
 };
-
-template <typename T>
-struct FieldAllocator {
-  using value_type = T;
-  FieldArena* arena;
-
-  explicit FieldAllocator(FieldArena* a) : arena(a) {}
-  template <typename U>
-  FieldAllocator(const FieldAllocator<U>& other) : arena(other.arena) {}  // NOLINT: rebinding
-  T* allocate(size_t n) { return static_cast<T*>(arena->Allocate(n * sizeof(T), alignof(T))); }
-  void deallocate(T* p, size_t) { arena->Deallocate(p); }
-  template <typename U>
-  bool operator==(const FieldAllocator<U>& other) const { return arena == other.arena; }
-};
-
-using RequestFields = http::basic_fields<FieldAllocator<char>>;
-using RequestParser = http::request_parser<http::string_body, FieldAllocator<char>>;
 
 class Connection;
 
@@ -205,10 +235,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadHeader() {
     if (state_->stopping) return Close();
-    parser_.reset();  // the last request's fields go, then their arena is reused
-    field_arena_.Reset();
-    parser_.emplace(std::piecewise_construct, std::make_tuple(),
-                    std::make_tuple(FieldAllocator<char>(&field_arena_)));
+    parser_.reset();
+    request_.Clear();
+    parser_.emplace(&request_);
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(state_->max_body_bytes);
     ExpiresAfter(kIdleTimeout);
@@ -220,18 +249,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnHeader(beast::error_code ec) {
     if (ec) return OnReadError(ec);
-    const auto& header = parser_->get();
     if (!state_->auth_token.empty() &&
-        !BearerTokenMatches(Std(header[http::field::authorization]),
-                            state_->auth_token)) {
+        !BearerTokenMatches(request_.authorization.value_or(""), state_->auth_token)) {
       HttpReply reply = InferenceRoutes::Error(
           401, "this server needs its token: send the header Authorization: Bearer <token>");
       reply.headers.emplace_back("WWW-Authenticate", "Bearer");
       // Its body, if any, is not read: the connection cannot carry another request.
       return WriteReply(std::move(reply), /*counted=*/false, /*close=*/!parser_->is_done());
     }
-    if (!parser_->is_done() &&
-        absl::EqualsIgnoreCase(std::string(Std(header[http::field::expect])), "100-continue")) {
+    if (!parser_->is_done() && absl::EqualsIgnoreCase(request_.expect.value_or(""), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       ExpiresAfter(kTransferTimeout);
       asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
@@ -291,17 +317,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void OnRequest(beast::error_code ec) {
     if (ec) return OnReadError(ec);
-    http::request<http::string_body, RequestFields> message = parser_->release();
+    keep_alive_ = parser_->keep_alive();
     parser_.reset();
-    keep_alive_ = message.keep_alive();
     HttpRequest request;
-    request.method = std::string(Std(message.method_string()));
-    std::string_view target = Std(message.target());
+    request.method = request_.method;
+    std::string_view target = request_.target;
     request.path = common::PercentDecoded(target.substr(0, target.find('?')));
-    request.body = std::move(message.body());
-    if (auto it = message.find(kInferenceHeaderContentLength); it != message.end()) {
-      request.inference_header_content_length = std::string(Std(it->value()));
-    }
+    request.body = std::move(request_.body);
+    request.inference_header_content_length = std::move(request_.inference_header_content_length);
     if (!state_->Take()) return Close();
     // However long the model takes, the client is waiting for it, not stalled.
     deadline_ = LoopDeadlines::kNever;
@@ -374,8 +397,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   LoopDeadlines* deadlines_;
   uint64_t deadline_ = LoopDeadlines::kNever;
   beast::flat_buffer buffer_;
-  FieldArena field_arena_;  // before parser_, which allocates from it
-  std::optional<RequestParser> parser_;
+  RequestHead request_;  // before parser_, which writes into it
+  std::optional<RequestReader> parser_;
   std::string head_;  // the reply being written: its status line and header,
   std::string body_;  // and its body
   bool keep_alive_ = true;
