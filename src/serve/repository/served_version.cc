@@ -483,7 +483,14 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::ValidateInputs(std::vector<Te
     }
   }
   *rows = batch.value_or(1);
+  // Each input is known, each argument given and no name twice: the same names in the same
+  // order (a single input, say) are already the model's order.
+  if (std::equal(inputs.begin(), inputs.end(), argument_order_.begin(), argument_order_.end(),
+                 [](const Tensor& t, const std::string& name) { return t.name == name; })) {
+    return inputs;
+  }
   std::vector<Tensor> ordered;
+  ordered.reserve(argument_order_.size());
   for (const std::string& name : argument_order_) {
     auto input = std::find_if(inputs.begin(), inputs.end(),
                               [&](const Tensor& t) { return t.name == name; });
