@@ -367,26 +367,32 @@ void AppendNumber(std::string& out, T value) {
   out.append(buffer, WriteNumber(buffer, value));
 }
 
+// Elements are written this many at a time into room made for them at their longest, so that
+// a large tensor's reply holds at most one block's worth of unused room.
+constexpr size_t kElementBlock = 1024;
+
 // The elements, comma-separated, written straight into `out`'s storage: appending them one
 // character or number at a time cost as much again as formatting them.
 template <typename T>
 void WriteElements(std::string& out, const Tensor& tensor) {
   size_t n = tensor.data.size() / sizeof(T);
-  if (n == 0) return;
-  size_t start = out.size();
-  out.resize(start + n * (kMaxNumberChars + 1));
-  char* at = out.data() + start;
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0) *at++ = ',';
-    T value;
-    std::memcpy(&value, tensor.data.data() + i * sizeof(T), sizeof(T));
-    if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
-      at = WriteNumber(at, static_cast<int>(value));
-    } else {
-      at = WriteNumber(at, value);
+  for (size_t begin = 0; begin < n; begin += kElementBlock) {
+    size_t end = std::min(n, begin + kElementBlock);
+    size_t start = out.size();
+    out.resize(start + (end - begin) * (kMaxNumberChars + 1));
+    char* at = out.data() + start;
+    for (size_t i = begin; i < end; ++i) {
+      if (i > 0) *at++ = ',';
+      T value;
+      std::memcpy(&value, tensor.data.data() + i * sizeof(T), sizeof(T));
+      if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+        at = WriteNumber(at, static_cast<int>(value));
+      } else {
+        at = WriteNumber(at, value);
+      }
     }
+    out.resize(static_cast<size_t>(at - out.data()));
   }
-  out.resize(static_cast<size_t>(at - out.data()));
 }
 
 void WriteData(std::string& out, const Tensor& tensor) {
@@ -545,14 +551,19 @@ std::string EncodeInferResponse(std::string_view model_name, int64_t version,
 EncodedInferResponse EncodeInferResponse(std::string_view model_name, int64_t version,
                                          std::string_view id, const std::vector<Tensor>& outputs,
                                          const BinaryOutputs& binary) {
-  // Room for every number at its longest, so that the text is never moved while it grows.
+  // A small reply's text never moves while it grows: there is room for its numbers at their
+  // longest. A large one's is reserved at a typical length per number (it grows if need be),
+  // plus room for the last block at the longest.
+  constexpr size_t kTypicalNumberChars = 12;
   size_t size_hint = 128 + model_name.size() + id.size(), binary_size = 0;
   for (const Tensor& t : outputs) {
     if (binary.IsBinary(t.name)) {
       binary_size += t.data.size();
     } else {
+      size_t elements = t.data.size() / DataTypeSize(t.datatype);
+      size_t longest = std::min(elements, kElementBlock);
       size_hint += 96 + t.name.size() + t.shape.size() * (kMaxNumberChars + 1) +
-                   t.data.size() / DataTypeSize(t.datatype) * (kMaxNumberChars + 1);
+                   longest * (kMaxNumberChars + 1) + (elements - longest) * kTypicalNumberChars;
     }
   }
   size_hint += binary_size;
