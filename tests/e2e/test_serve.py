@@ -174,7 +174,9 @@ def expected_openblas_kernels():
     """The kernels shoal serve should give OpenBLAS on this CPU (blas_kernels.h), read from
     /proc/cpuinfo by the benchmarks' helper, which puts the same value in every peer's
     environment: None where shoal leaves the choice to OpenBLAS (not Intel, or no AVX)."""
-    sys.path.insert(0, str(e2e.REPO_ROOT / "bench"))
+    bench = str(e2e.REPO_ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
     import _common  # noqa: E402  (bench/, not a package)
     return _common.shoal_openblas_coretype()
 
@@ -737,6 +739,18 @@ def test_with_a_token_only_callers_that_send_it_are_answered(shoal_bin, reposito
         status, body = s.request("POST", "/v2/models/identity/infer",
                                  {"inputs": [tensor("x", [1, 2], "INT64")]}, headers=good)
         assert status == 200, body
+
+        # A field's name in any case; of a field given twice, the first counts.
+        def live(*fields):
+            return raw_exchange(s.port, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" +
+                                b"".join(f + b"\r\n" for f in fields) +
+                                b"Connection: close\r\n\r\n")
+        reply = live(b"authorization: Bearer s3cret-token")
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:100]
+        reply = live(b"Authorization: Bearer s3cret-token", b"Authorization: Bearer wrong")
+        assert reply.startswith(b"HTTP/1.1 200"), reply[:100]
+        reply = live(b"Authorization: Bearer wrong", b"Authorization: Bearer s3cret-token")
+        assert reply.startswith(b"HTTP/1.1 401"), reply[:100]
         assert "s3cret-token" not in s.stderr()
     finally:
         s.stop()

@@ -426,6 +426,12 @@ def test_rest_binary_mixes_binary_and_json_inputs_and_outputs(server, repository
     assert torch.equal(from_raw(body[json_size:], "FP32", [1, 2]), expected["sum"])
     assert torch.equal(torch.tensor(reply["outputs"][1]["data"]).reshape(1, 2),
                        expected["difference"])
+    # The header's name in any case.
+    status, headers, body = http_exchange(
+        server.port, "/v2/models/add_sub/infer", head + raw_bytes(a),
+        {"inference-header-content-length": str(len(head))})
+    assert status == 200, body
+    assert int(headers["Inference-Header-Content-Length"]) == json_size
     # No output asked binary: plain JSON, no header.
     header["outputs"] = [{"name": "sum"}]
     head = json.dumps(header).encode()

@@ -111,8 +111,8 @@ struct RequestHead {
 
 // Beast's HTTP/1.1 request parser (framing, limits, keep-alive, chunked bodies), writing into a
 // RequestHead. Beast's own request_parser keeps every field in a container, which the server
-// then searched again by name: about 2,000 instructions of a small inference request's ~34,000
-// (docs/design/0005-serving.md, "Where a small request's CPU goes").
+// then searched again by name: about 2,000 instructions of a small inference request
+// (docs/design/0005-serving.md, "Where a small request's CPU goes: a second count").
 class RequestReader : public http::basic_parser<true> {
  public:
   explicit RequestReader(RequestHead* head) : head_(head) {}
@@ -257,7 +257,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // Its body, if any, is not read: the connection cannot carry another request.
       return WriteReply(std::move(reply), /*counted=*/false, /*close=*/!parser_->is_done());
     }
-    if (!parser_->is_done() && absl::EqualsIgnoreCase(request_.expect.value_or(""), "100-continue")) {
+    if (!parser_->is_done() &&
+        absl::EqualsIgnoreCase(request_.expect.value_or(""), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       ExpiresAfter(kTransferTimeout);
       asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),

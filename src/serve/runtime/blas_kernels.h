@@ -28,9 +28,9 @@ CpuFeatures DetectCpuFeatures();
 std::optional<std::string_view> OpenBlasCoreFor(const CpuFeatures& cpu);
 
 // Sets OPENBLAS_CORETYPE to OpenBlasCoreFor(DetectCpuFeatures()) unless the caller's environment
-// already has a value for it (an empty one counts as none). OpenBLAS reads it once, when the TorchScript runtime module is loaded, so this
-// must run before LoadTorchBackend, and before any thread starts (setenv). Returns a line for the
-// log when it set the variable.
+// already has a value for it (an empty one counts as none). OpenBLAS reads it once, when the
+// TorchScript runtime module is loaded, so this must run before LoadTorchBackend, and before any
+// thread starts (setenv). Returns a line for the log when it set the variable.
 std::optional<std::string> ChooseOpenBlasKernels();
 
 }  // namespace shoal::serve
