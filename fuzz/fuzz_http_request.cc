@@ -5,8 +5,12 @@
 // request decoder.
 // The server itself reads from a socket on its event loops; this drives the same steps
 // on a buffer, keep-alive included (several requests one after the other).
+// The server takes a request in the common form without Beast (simple_http_request.h); that
+// parser is held to Beast's here: whatever it accepts, Beast must read the same way, or the
+// target aborts.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +23,7 @@
 #include "common/percent_decoding.h"
 #include "serve/frontends/bearer_token.h"
 #include "serve/frontends/json_codec.h"
+#include "serve/frontends/simple_http_request.h"
 
 namespace {
 
@@ -55,6 +60,35 @@ size_t ParseOne(std::string_view bytes, std::optional<http::request<http::string
   return used;
 }
 
+// Aborts unless Beast's reading of the request at the front of `bytes` (`message`, `used`
+// bytes; 0 when Beast refused it) is the simple parser's, wherever the simple parser took it.
+void CheckSimpleParserAgrees(std::string_view bytes,
+                             const std::optional<http::request<http::string_body>>& message,
+                             size_t used) {
+  std::optional<shoal::serve::SimpleRequestHead> simple =
+      shoal::serve::ParseSimpleRequestHead(bytes);
+  if (!simple || simple->content_length > kMaxBodyBytes ||
+      bytes.size() - simple->header_size < simple->content_length) {
+    return;  // the server leaves these to Beast
+  }
+  if (!message) std::abort();  // the simple parser took what Beast refuses
+  auto first = [&](auto name) -> std::optional<std::string_view> {
+    auto it = message->find(name);
+    if (it == message->end()) return std::nullopt;
+    return Std(it->value());
+  };
+  bool same = used == simple->header_size + simple->content_length &&
+              Std(message->method_string()) == simple->method &&
+              Std(message->target()) == simple->target &&
+              first(http::field::authorization) == simple->authorization &&
+              first(shoal::serve::kInferenceHeaderContentLength) ==
+                  simple->inference_header_content_length &&
+              !first(http::field::expect) &&
+              message->body() == bytes.substr(simple->header_size, simple->content_length) &&
+              message->keep_alive() == simple->keep_alive;
+  if (!same) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -62,6 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < kMaxRequestsPerInput && !bytes.empty(); ++i) {
     std::optional<http::request<http::string_body>> message;
     size_t used = ParseOne(bytes, &message);
+    CheckSimpleParserAgrees(bytes, message, used);
     if (used == 0) break;
     bytes.remove_prefix(used);
     (void)shoal::serve::BearerTokenMatches(Std((*message)[http::field::authorization]),

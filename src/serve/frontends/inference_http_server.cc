@@ -23,14 +23,17 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/percent_decoding.h"
 #include "serve/frontends/bearer_token.h"
+#include "serve/frontends/http_request_reader.h"
 #include "serve/frontends/inference_http_routes.h"
 #include "serve/frontends/json_codec.h"
+#include "serve/frontends/simple_http_request.h"
 #include "serve/scheduling/model_scheduler.h"
 #include "serve/scheduling/worker_pool.h"
 
@@ -56,6 +59,8 @@ constexpr std::chrono::seconds kTransferTimeout{60};
 // the answer before the client read it.
 constexpr std::chrono::seconds kLingerTimeout{2};
 constexpr uint32_t kMaxHeaderBytes = 64 * 1024;
+// The most one read takes from a socket (as Beast's own read operations).
+constexpr size_t kReadSize = 64 * 1024;
 
 // How often each loop looks for connections past their deadline: a deadline is kept to within
 // this much.
@@ -86,83 +91,6 @@ struct ServerState {
     std::lock_guard<std::mutex> lock(mu);
     if (--unanswered == 0) idle.notify_all();
   }
-};
-
-// What the server keeps of one request: the request line, the fields it acts on and the body.
-// A connection reuses one for all its requests, so that their strings keep their storage.
-struct RequestHead {
-  std::string method;
-  std::string target;
-  // Of a field given twice the first counts, as with Beast's own fields container.
-  std::optional<std::string> authorization;
-  std::optional<std::string> expect;
-  std::optional<std::string> inference_header_content_length;
-  std::string body;
-
-  void Clear() {
-    method.clear();
-    target.clear();
-    authorization.reset();
-    expect.reset();
-    inference_header_content_length.reset();
-    body.clear();
-  }
-};
-
-// Beast's HTTP/1.1 request parser (framing, limits, keep-alive, chunked bodies), writing into a
-// RequestHead. Beast's own request_parser keeps every field in a container, which the server
-// then searched again by name: about 2,000 instructions of a small inference request
-// (docs/design/0005-serving.md, "Where a small request's CPU goes: a second count").
-class RequestReader : public http::basic_parser<true> {
- public:
-  explicit RequestReader(RequestHead* head) : head_(head) {}
-
- private:
-  void on_request_impl(http::verb, beast::string_view method, beast::string_view target, int,
-                       beast::error_code& ec) override {
-    head_->method.assign(method.data(), method.size());
-    head_->target.assign(target.data(), target.size());
-    ec = {};
-  }
-  void on_response_impl(int, beast::string_view, int, beast::error_code& ec) override {
-    ec = http::error::bad_version;  // a request parser is never given a status line
-  }
-  void on_field_impl(http::field name, beast::string_view name_string, beast::string_view value,
-                     beast::error_code& ec) override {
-    ec = {};
-    std::optional<std::string>* kept = nullptr;
-    if (name == http::field::authorization) {
-      kept = &head_->authorization;
-    } else if (name == http::field::expect) {
-      kept = &head_->expect;
-    } else if (name == http::field::unknown &&
-               beast::iequals(name_string, kInferenceHeaderContentLength)) {
-      kept = &head_->inference_header_content_length;
-    }
-    if (kept != nullptr && !kept->has_value()) kept->emplace(value.data(), value.size());
-  }
-  void on_header_impl(beast::error_code& ec) override { ec = {}; }
-  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
-                         beast::error_code& ec) override {
-    // The parser has held it to the body limit already.
-    if (content_length) head_->body.reserve(static_cast<size_t>(*content_length));
-    ec = {};
-  }
-  size_t on_body_impl(beast::string_view body, beast::error_code& ec) override {
-    head_->body.append(body.data(), body.size());
-    ec = {};
-    return body.size();
-  }
-  void on_chunk_header_impl(std::uint64_t, beast::string_view, beast::error_code& ec) override {
-    ec = {};
-  }
-  size_t on_chunk_body_impl(std::uint64_t, beast::string_view body,
-                            beast::error_code& ec) override {
-    return on_body_impl(body, ec);
-  }
-  void on_finish_impl(beast::error_code& ec) override { ec = {}; }
-
-  RequestHead* head_;
 };
 
 class Connection;
@@ -233,30 +161,75 @@ class Connection : public std::enable_shared_from_this<Connection> {
     deadline_ = deadlines_->DeadlineAfter(timeout);
   }
 
+  // The next request: taken straight from the bytes read when it is in the common form and
+  // whole (ParseSimpleRequestHead), else parsed by Beast.
   void ReadHeader() {
     if (state_->stopping) return Close();
     parser_.reset();
     request_.Clear();
+    ExpiresAfter(kIdleTimeout);
+    // The next request may have come with the last one.
+    if (buffer_.size() > 0) return OnBytes();
+    stream_.async_read_some(buffer_.prepare(beast::read_size(buffer_, kReadSize)),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              // The client closed or reset, or the idle deadline passed.
+                              if (ec) return self->Close();
+                              self->buffer_.commit(n);
+                              self->OnBytes();
+                            });
+  }
+
+  void OnBytes() {
+    if (TakeSimpleRequest()) return;
     parser_.emplace(&request_);
     parser_->header_limit(kMaxHeaderBytes);
     parser_->body_limit(state_->max_body_bytes);
-    ExpiresAfter(kIdleTimeout);
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) {
                               self->OnHeader(ec);
                             });
   }
 
+  // A request whose header is in the common form and whose body has been read with it is
+  // taken from the buffer without Beast; the rest, and every error, is left to Beast.
+  bool TakeSimpleRequest() {
+    std::string_view bytes(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+    std::optional<SimpleRequestHead> head = ParseSimpleRequestHead(bytes);
+    if (!head || head->content_length > state_->max_body_bytes ||
+        bytes.size() - head->header_size < head->content_length) {
+      return false;
+    }
+    request_.method.assign(head->method);
+    request_.target.assign(head->target);
+    if (head->authorization) request_.authorization.emplace(*head->authorization);
+    if (head->inference_header_content_length) {
+      request_.inference_header_content_length.emplace(*head->inference_header_content_length);
+    }
+    request_.body.assign(bytes.substr(head->header_size, head->content_length));
+    keep_alive_ = head->keep_alive;
+    buffer_.consume(head->header_size + head->content_length);
+    // The body is read, so a refused request leaves the connection fit for the next one.
+    if (!RefusedUnauthorized(/*body_unread=*/false)) Dispatch();
+    return true;
+  }
+
+  // Answers 401 when the server has a token and the request does not carry it.
+  bool RefusedUnauthorized(bool body_unread) {
+    if (state_->auth_token.empty() ||
+        BearerTokenMatches(request_.authorization.value_or(""), state_->auth_token)) {
+      return false;
+    }
+    HttpReply reply = InferenceRoutes::Error(
+        401, "this server needs its token: send the header Authorization: Bearer <token>");
+    reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+    // A body left unread means the connection cannot carry another request.
+    WriteReply(std::move(reply), /*counted=*/false, /*close=*/body_unread);
+    return true;
+  }
+
   void OnHeader(beast::error_code ec) {
     if (ec) return OnReadError(ec);
-    if (!state_->auth_token.empty() &&
-        !BearerTokenMatches(request_.authorization.value_or(""), state_->auth_token)) {
-      HttpReply reply = InferenceRoutes::Error(
-          401, "this server needs its token: send the header Authorization: Bearer <token>");
-      reply.headers.emplace_back("WWW-Authenticate", "Bearer");
-      // Its body, if any, is not read: the connection cannot carry another request.
-      return WriteReply(std::move(reply), /*counted=*/false, /*close=*/!parser_->is_done());
-    }
+    if (RefusedUnauthorized(/*body_unread=*/!parser_->is_done())) return;
     if (!parser_->is_done() &&
         absl::EqualsIgnoreCase(request_.expect.value_or(""), "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -320,6 +293,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (ec) return OnReadError(ec);
     keep_alive_ = parser_->keep_alive();
     parser_.reset();
+    Dispatch();
+  }
+
+  // Hands the request read into request_ to the routes.
+  void Dispatch() {
     HttpRequest request;
     request.method = request_.method;
     std::string_view target = request_.target;
