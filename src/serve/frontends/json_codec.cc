@@ -11,7 +11,6 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "fmt/compile.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "serve/frontends/common_infer_request.h"
@@ -345,9 +344,87 @@ absl::StatusOr<Tensor> DecodeInput(const json& input, size_t index, BinaryTail* 
 // round-trip form ("-2.2250738585072014e-308", 24) or "-Infinity".
 constexpr size_t kMaxNumberChars = 24;
 
+// "00" to "99": two digits at a time.
+constexpr char kDigitPairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+// The decimal digits of `n`, written so that they end just before `end`; returns the first.
+template <typename U>
+char* WriteDigitsBefore(char* end, U n) {
+  while (n >= 100) {
+    end -= 2;
+    std::memcpy(end, kDigitPairs + 2 * (n % 100), 2);
+    n /= 100;
+  }
+  if (n >= 10) {
+    end -= 2;
+    std::memcpy(end, kDigitPairs + 2 * n, 2);
+  } else {
+    *--end = static_cast<char>('0' + n);
+  }
+  return end;
+}
+
+// A finite `value`'s shortest text that reads back as the same value, exactly as fmt's "{}"
+// writes it (`json_codec_test` compares the two on random bit patterns): the digits come from
+// fmt's Dragonbox, the layout is written here. fmt's own layout code, general enough for every
+// format spec, cost twice as much as the digits (docs/design/0005-serving.md).
+template <typename T>
+char* WriteShortest(char* at, T value) {
+  if (std::signbit(value)) {
+    *at++ = '-';
+    value = -value;
+  }
+  if (value == 0) {
+    *at++ = '0';
+    return at;
+  }
+  // Dragonbox: value = significand * 10^exponent, with the fewest significand digits.
+  auto decimal = fmt::detail::dragonbox::to_decimal(value);
+  char digits[24];
+  char* const digits_end = digits + sizeof(digits);
+  const char* first = WriteDigitsBefore(digits_end, decimal.significand);
+  const int count = static_cast<int>(digits_end - first);
+  const int exponent = decimal.exponent;
+  // Where the decimal point goes, counted from the first digit; fmt's rule: plain notation
+  // for 1e-4 <= |value| < 1e16, exponent notation (1.5e-05, 1e+16) outside.
+  const int point = exponent + count;
+  if (point - 1 < -4 || point - 1 >= 16) {
+    *at++ = *first;
+    if (count > 1) {
+      *at++ = '.';
+      at = std::copy(first + 1, static_cast<const char*>(digits_end), at);
+    }
+    *at++ = 'e';
+    int e = point - 1;
+    *at++ = e < 0 ? '-' : '+';
+    if (e < 0) e = -e;
+    if (e >= 100) {
+      *at++ = static_cast<char>('0' + e / 100);
+      e %= 100;
+    }
+    std::memcpy(at, kDigitPairs + 2 * e, 2);
+    return at + 2;
+  }
+  if (exponent >= 0) {  // 1234e2: 123400
+    at = std::copy(first, static_cast<const char*>(digits_end), at);
+    return std::fill_n(at, exponent, '0');
+  }
+  if (point > 0) {  // 1234e-2: 12.34
+    at = std::copy_n(first, point, at);
+    *at++ = '.';
+    return std::copy(first + point, static_cast<const char*>(digits_end), at);
+  }
+  *at++ = '0';  // 1234e-6: 0.001234
+  *at++ = '.';
+  at = std::fill_n(at, -point, '0');
+  return std::copy(first, static_cast<const char*>(digits_end), at);
+}
+
 // `value` written at `at`, which has room for kMaxNumberChars; returns the end. Floating-point
-// values take their shortest text that reads back as the same value (fmt's Dragonbox: a third
-// less CPU than std::to_chars, which was a sixth of a small response's cost).
+// values take their shortest text that reads back as the same value.
 template <typename T>
 char* WriteNumber(char* at, T value) {
   if constexpr (std::is_floating_point_v<T>) {
@@ -355,7 +432,7 @@ char* WriteNumber(char* at, T value) {
     if (std::isinf(value)) {
       return value > 0 ? std::copy_n("Infinity", 8, at) : std::copy_n("-Infinity", 9, at);
     }
-    return fmt::format_to(at, FMT_COMPILE("{}"), value);
+    return WriteShortest(at, value);
   } else {
     return std::to_chars(at, at + kMaxNumberChars, value).ptr;
   }

@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
 #include "serve/frontends/common_infer_request.h"
 
@@ -195,7 +197,7 @@ TEST(JsonCodecTest, RefusesNestedDataThatDoesNotFollowTheShape) {
   EXPECT_THAT(DecodeError(body("[1, 2, 2]", "[[1, 2], [3, 4]]")),
               HasSubstr("data has 2 entries, but shape [1,2,2] needs 1 at dimension 0"));
   // What does follow the shape, nested or flat, still decodes.
-  for (const std::string& data : {"[[1, 2], [3, 4]]", "[1, 2, 3, 4]"}) {
+  for (const char* data : {"[[1, 2], [3, 4]]", "[1, 2, 3, 4]"}) {
     absl::StatusOr<InferRequest> request = DecodeInferRequest(body("[2, 2]", data));
     ASSERT_TRUE(request.ok()) << request.status();
     EXPECT_EQ(Values<int32_t>(request->inputs[0]), (std::vector<int32_t>{1, 2, 3, 4}));
@@ -534,6 +536,46 @@ TEST(JsonCodecTest, EncodedNumbersOfEveryWidthReadBackExactly) {
   EXPECT_THAT(body, testing::Not(testing::HasSubstr("0.100000")));
 }
 
+// The reply's floating-point numbers are laid out by the codec itself from fmt's Dragonbox
+// digits; they must be exactly what fmt's "{}" writes, in every notation it uses.
+TEST(JsonCodecTest, EncodedFloatsAreTheTextFmtWrites) {
+  std::mt19937_64 random(2027);
+  std::vector<float> floats = {0.0f, -0.0f, 1.0f, -1.0f, 0.1f, 1e-4f, 9.999e-5f, 1e-5f,
+                               1e15f, 1e16f, 9.9999e15f, 123456792.0f, 1e38f, 1.5e-45f,
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::max()};
+  std::vector<double> doubles = {0.0, -0.0, 1.0, 0.1, 1e-4, 9.999e-5, 1e16, 1e15, 1e100,
+                                 1e-100, 5e-324, 1.7976931348623157e308, 2.5e-308,
+                                 123456789012345678.0};
+  while (floats.size() < 20000) {
+    auto bits = static_cast<uint32_t>(random());
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    if (std::isfinite(f)) floats.push_back(f);
+    // Values of every magnitude near 1, where most tensors are.
+    floats.push_back(static_cast<float>(std::ldexp(static_cast<double>(random() % 1000000),
+                                                   static_cast<int>(random() % 60) - 40)));
+  }
+  while (doubles.size() < 20000) {
+    uint64_t bits = random();
+    double d;
+    std::memcpy(&d, &bits, sizeof(d));
+    if (std::isfinite(d)) doubles.push_back(d);
+  }
+  std::string body = EncodeInferResponse(
+      "m", 1, "",
+      {MakeTensor<float>("f", DataType::kFp32, {static_cast<int64_t>(floats.size())}, floats),
+       MakeTensor<double>("d", DataType::kFp64, {static_cast<int64_t>(doubles.size())},
+                          doubles)});
+  auto data_of = [&](std::string_view name) {
+    size_t at = body.find("\"name\":\"" + std::string(name) + "\"");
+    at = body.find("\"data\":[", at) + 8;
+    return body.substr(at, body.find(']', at) - at);
+  };
+  EXPECT_EQ(data_of("f"), fmt::format("{}", fmt::join(floats, ",")));
+  EXPECT_EQ(data_of("d"), fmt::format("{}", fmt::join(doubles, ",")));
+}
+
 TEST(JsonCodecTest, EncodesErrorsAsAnErrorObject) {
   EXPECT_EQ(EncodeError("model 'x' has no input \"q\""),
             R"({"error":"model 'x' has no input \"q\""})");
@@ -663,6 +705,55 @@ TEST(JsonCodecTest, TheOnePassDecoderLeavesEverythingElseToTheGeneralOne) {
   for (const std::string& body : bodies) {
     EXPECT_FALSE(CommonPathAgrees(body)) << "taken in one pass: " << body;
   }
+}
+
+// Numbers written every way JSON allows, near the edges of the exact shortcuts number parsers
+// take (19 digits, 2^53, 10^22) and past them: read as the general decoder reads them, bit for
+// bit.
+TEST(JsonCodecTest, TheOnePassDecoderReadsNumbersAsTheGeneralDecoderDoes) {
+  std::mt19937_64 rng(53);
+  auto number = [&]() -> std::string {
+    switch (rng() % 6) {
+      case 0: {  // a random double, shortest or with every digit
+        uint64_t bits = rng();
+        double d;
+        std::memcpy(&d, &bits, sizeof(d));
+        if (!std::isfinite(d)) d = 1.5;
+        char text[64];
+        std::snprintf(text, sizeof(text), rng() % 2 ? "%.17g" : "%.9g", d);
+        return text;
+      }
+      case 1: {  // digits and a point somewhere, up to 24 digits
+        std::string digits = std::to_string(rng() % 10 + 1);
+        for (int n = static_cast<int>(rng() % 24); n > 0; --n) digits += char('0' + rng() % 10);
+        size_t point = rng() % digits.size();
+        return (rng() % 2 ? "-" : "") + digits.substr(0, point + 1) + "." +
+               digits.substr(point + 1) + "1";
+      }
+      case 2:  // an exponent near the shortcut's limit
+        return absl::StrCat(rng() % 9007199254740993ULL, rng() % 2 ? "e" : "E",
+                            static_cast<int>(rng() % 60) - 30);
+      case 3:  // 2^53 and its neighbours, with and without a fraction
+        return absl::StrCat(9007199254740992ULL + rng() % 3 - 1, rng() % 2 ? ".0" : "e0");
+      case 4:  // tiny and huge
+        return absl::StrCat(rng() % 100, ".", rng() % 1000, "e", rng() % 2 ? "-" : "+",
+                            rng() % 330);
+      default:  // zeros of every sign and form
+        return rng() % 2 ? "-0.0" : "0e-5";
+    }
+  };
+  int taken = 0;
+  for (int round = 0; round < 400; ++round) {
+    std::string data;
+    for (int i = 0; i < 10; ++i) absl::StrAppend(&data, i ? ", " : "", number());
+    for (const char* type : {"FP64", "FP32"}) {
+      std::string body = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [10], "datatype": ")",
+                                      type, R"(", "data": [)", data, "]}]}");
+      if (CommonPathAgrees(body)) ++taken;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(taken, 300);
 }
 
 // Random requests, shaped by a fixed seed, each with its keys in a random order and sometimes
