@@ -9,8 +9,8 @@ namespace shoal::serve {
 
 // The header of an HTTP/1.1 request in the form nearly every client sends, read without
 // Beast. Beast's parser, with the composed read operation around it, cost about a sixth of a
-// small inference request's instructions (docs/design/0005-serving.md, "A request's header
-// without Beast"). Views into the bytes given to ParseSimpleRequestHead.
+// small inference request's instructions (docs/design/0005-serving.md, "A third count").
+// Views into the bytes given to ParseSimpleRequestHead.
 struct SimpleRequestHead {
   std::string_view method;
   std::string_view target;
