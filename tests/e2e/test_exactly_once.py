@@ -227,6 +227,7 @@ dist.destroy_process_group()
 
 DP_SAMPLES, DP_SHARD_SIZE, DP_EPOCHS = 240, 8, 2
 DP_KILLS = 2
+DP_CHECKPOINT_EVERY = 4
 SEED = 7
 
 
@@ -247,7 +248,8 @@ def test_restart_group_with_checkpoints_trains_each_sample_once_per_epoch(
         roles:
           worker:
             instances: 2
-            command: ["/usr/bin/python3", "dp_worker.py", "{out}", "{DP_EPOCHS}", "4", "0.08"]
+            command: ["/usr/bin/python3", "dp_worker.py", "{out}", "{DP_EPOCHS}",
+                      "{DP_CHECKPOINT_EVERY}", "0.08"]
             resources: {{cpus: 1}}
         """)
     # 30 shards x 2 epochs over 2 ranks: 30 steps. Kills at random steps of the first 24,
@@ -306,8 +308,15 @@ def test_restart_group_with_checkpoints_trains_each_sample_once_per_epoch(
     reopened = e2e.events_of(events, "shards_reopened")
     assert len(frozen) == DP_KILLS and len(reopened) == DP_KILLS, (frozen, reopened)
     checkpoints = {e["step"] for e in e2e.events_of(events, "checkpoint")}
+    # The SDK reports `checkpointed` after the checkpoint is durable, fire-and-forget: a kill
+    # between the two leaves a checkpoint the journal never heard of (seen under ASan, whose
+    # slowness widens that window). It can only be a step of the schedule at a kill (the step
+    # a kill was recorded at is the status's, which may lag the task's by a little).
     for r in reopened:
-        assert r["resumed_step"] == 0 or r["resumed_step"] in checkpoints, (r, checkpoints)
+        resumed = r["resumed_step"]
+        unreported = resumed % DP_CHECKPOINT_EVERY == 0 and any(
+            abs(resumed - step) <= DP_CHECKPOINT_EVERY for _, step in kills)
+        assert resumed == 0 or resumed in checkpoints or unreported, (r, checkpoints, kills)
     # The journal agrees: per (epoch, shard), dones minus reopenings is exactly one.
     done = {}
     for e in e2e.events_of(events, "shard_done"):
