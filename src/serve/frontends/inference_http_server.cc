@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -23,7 +24,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/read_size.hpp>
 #include <boost/beast/http.hpp>
 
 #include "absl/strings/match.h"
@@ -59,8 +59,12 @@ constexpr std::chrono::seconds kTransferTimeout{60};
 // the answer before the client read it.
 constexpr std::chrono::seconds kLingerTimeout{2};
 constexpr uint32_t kMaxHeaderBytes = 64 * 1024;
-// The most one read takes from a socket (as Beast's own read operations).
-constexpr size_t kReadSize = 64 * 1024;
+// Room made for one read from a socket: at least enough for a simple header and a small body,
+// so that such a request comes whole in one read and is taken without Beast (Beast's own
+// read_size starts at 512 bytes and, the buffer being emptied by every request, stays there:
+// the mlp's 854-byte request always went to Beast); at most what Beast's reads take.
+constexpr size_t kMinReadSize = 2 * 1024;
+constexpr size_t kMaxReadSize = 64 * 1024;
 
 // How often each loop looks for connections past their deadline: a deadline is kept to within
 // this much.
@@ -170,7 +174,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ExpiresAfter(kIdleTimeout);
     // The next request may have come with the last one.
     if (buffer_.size() > 0) return OnBytes();
-    stream_.async_read_some(buffer_.prepare(beast::read_size(buffer_, kReadSize)),
+    size_t room = std::clamp(buffer_.capacity() - buffer_.size(), kMinReadSize, kMaxReadSize);
+    stream_.async_read_some(buffer_.prepare(room),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
                               // The client closed or reset, or the idle deadline passed.
                               if (ec) return self->Close();
