@@ -678,6 +678,7 @@ bool TakeAsciiInput(AsciiReader& reader, const char* body_end, size_t body_bytes
       bit = kShape;
       if (!reader.Take('[')) return false;
       if (!reader.Take(']')) {
+        tensor.shape.reserve(4);  // one allocation for the usual ranks, not one per dimension
         do {
           AsciiReader::Number extent;
           // Floats and integers past int64 are errors here.
