@@ -685,6 +685,34 @@ def test_peers_tiny_20x_target_is_over_the_python_v2_servers_and_fastapi_has_its
     assert targets["tiny_at_least_20x_every_python_v2"] == "not met"
 
 
+def test_peers_tiny_cpu_target_is_resolved_only_past_both_aa_pairs():
+    """shoal's CPU per request over serve_floor's: two noisy figures, each with its A/A pair.
+    The floor is the mean of its pair, and the verdict is left open while the ratio is within
+    both pairs' spreads of the target."""
+    peers = _peers_module()
+    best = {"shoal": _fig(100000, 7.0), "shoal_aa": _fig(100000, 7.07)}  # 1 % apart
+    anchor = {"batch_size": 64, "server_cpus": 1, "libtorch_loop": {},
+              "floor": {"closed": {"cpu_us_per_request": 4.5}},
+              "floor_aa": {"closed": {"cpu_us_per_request": 5.0}}}  # 10 % apart
+    ratios, targets = peers.derive("identity", best, anchor)
+    assert ratios["floor_aa_resolution"] == 0.1
+    assert ratios["cpu_shoal_over_floor"] == pytest.approx(7.0 / 4.75, abs=1e-3)  # 1.47
+    assert ratios["cpu_over_floor_resolution"] == pytest.approx(0.111, abs=1e-3)
+    assert targets["tiny_cpu_within_1_5x_floor"] == "not resolvable"
+    # A steadier floor resolves the same shoal figure: 7.0 / 4.525 = 1.547, past 1.5 by 3 %.
+    anchor["floor_aa"] = {"closed": {"cpu_us_per_request": 4.55}}
+    ratios, targets = peers.derive("identity", best, anchor)
+    assert targets["tiny_cpu_within_1_5x_floor"] == "not met"
+    best = {"shoal": _fig(100000, 6.0), "shoal_aa": _fig(100000, 6.0)}
+    _, targets = peers.derive("identity", best, anchor)
+    assert targets["tiny_cpu_within_1_5x_floor"] == "met"
+    # One floor run: no spread to go by, so nothing is claimed.
+    del anchor["floor_aa"]
+    ratios, targets = peers.derive("identity", best, anchor)
+    assert ratios["floor_aa_resolution"] is None
+    assert targets["tiny_cpu_within_1_5x_floor"] == "not resolvable"
+
+
 def run_peers(*args, timeout=600):
     return subprocess.run([sys.executable, str(PEERS_BENCH), "--shoal", e2e.SHOAL_BIN, *args],
                           capture_output=True, text=True, timeout=timeout)
