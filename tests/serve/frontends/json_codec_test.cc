@@ -756,6 +756,43 @@ TEST(JsonCodecTest, TheOnePassDecoderReadsNumbersAsTheGeneralDecoderDoes) {
   EXPECT_GT(taken, 300);
 }
 
+// The one-pass reader takes a number's digits eight bytes at a time while eight are left in
+// the body, and one at a time after that: runs of every length from 1 to 24 digits, before and
+// after a point, ending at every distance from the body's end and followed by every character
+// that can end (or wrongly continue) a number, must read as the general decoder reads them.
+TEST(JsonCodecTest, TheOnePassReaderReadsRunsOfDigitsOfEveryLengthAnywhere) {
+  std::mt19937_64 rng(8);
+  auto digits = [&](int n) {
+    std::string run;
+    for (int i = 0; i < n; ++i) run += static_cast<char>('0' + rng() % 10);
+    return run;
+  };
+  const std::string enders[] = {"", " ", "\n", ".5", "e3", "E-2", "/", ":", "x", "\xc3\xa9"};
+  int taken = 0, checked = 0;
+  for (int integer = 1; integer <= 24; ++integer) {
+    for (int fraction = 0; fraction <= 24; fraction += (fraction < 10 ? 1 : 7)) {
+      std::string number = digits(integer);
+      if (integer > 1 && number[0] == '0') number[0] = '7';
+      if (fraction > 0) number += "." + digits(fraction);
+      for (const char* sign : {"", "-"}) {
+        for (const std::string& ender : enders) {
+          for (const char* type : {"FP32", "FP64", "INT64"}) {
+            // Last in its list, so that the run ends within eight bytes of the body's end.
+            std::string body = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [2], "datatype": ")",
+                                            type, R"(", "data": [1, )", sign, number, ender,
+                                            "]}]}");
+            ++checked;
+            if (CommonPathAgrees(body)) ++taken;
+          }
+        }
+      }
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  // The plain ones are taken in one pass (the rest is the general decoder's, and agrees).
+  EXPECT_GT(taken, checked / 10);
+}
+
 // Random requests, shaped by a fixed seed, each with its keys in a random order and sometimes
 // one thing wrong or unusual: the two decoders must agree on every one.
 TEST(JsonCodecTest, TheTwoDecodersAgreeOnRandomRequests) {
