@@ -12,8 +12,8 @@ namespace shoal::serve {
 // "inputs" as objects of exactly name, shape, datatype and a (flat or nested) "data" list, and
 // an optional "outputs" of objects with only a name. Building that document (a node per value,
 // a map per object, strtod per number) cost more per small request than everything else in
-// user space. A body in plain ASCII (no escapes) is read in one pass, its numbers eight digits
-// at a time; any other common body goes through simdjson's DOM.
+// user space. A body in plain ASCII is read in one pass (ascii_infer_request.h); any other
+// common body goes through simdjson's DOM.
 //
 // nullopt for anything else, errors included: DecodeInferRequest then decodes the body the
 // general way, which takes every form and words every error. So this function accepts a body
