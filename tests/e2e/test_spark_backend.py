@@ -431,6 +431,14 @@ def test_a_local_cluster_master_runs_the_job_in_its_own_executors(run_shoal, wri
     registered = {e["node"] for e in e2e.events_of(e2e.read_events(job_dir), "agent_registered")}
     assert registered == {"worker.0", "worker.1"}, registered
     assert not e2e.processes_of_application(app["application_id"])
+    # Spark's workers keep the executors' folders in the job's folder, never under PySpark's
+    # own folder in the venv (whose contents would then change with every job).
+    executors = job_dir / "agents" / "spark" / "spark-home" / "work" / app["application_id"]
+    assert sorted(p.name for p in executors.iterdir()) == ["0", "1"], list(executors.iterdir())
+    pyspark = subprocess.run([SPARK_PYTHON, "-c", "import os, pyspark; "
+                              "print(os.path.dirname(pyspark.__file__))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert not (Path(pyspark) / "work" / app["application_id"]).exists()
 
 
 def test_a_barrier_task_that_cannot_start_its_agent_fails_the_job_with_its_reason(

@@ -363,6 +363,22 @@ class Places:
                 self.command(place, "end")
 
 
+def use_spark_home_of_our_own():
+    """Master local-cluster[...]: Spark's workers run inside the driver's JVM and keep their
+    executors' folders under $SPARK_HOME/work, which is PySpark's own folder in the user's
+    venv. A SPARK_HOME here (in the job's folder) that links to every entry of the real one
+    but `work` keeps the job's files with the job, and the venv unchanged."""
+    from pyspark.find_spark_home import _find_spark_home
+    real = os.path.realpath(_find_spark_home())
+    home = os.path.join(os.getcwd(), "spark-home")
+    os.makedirs(os.path.join(home, "work"), exist_ok=True)
+    for entry in sorted(os.listdir(real)):
+        link = os.path.join(home, entry)
+        if entry != "work" and not os.path.lexists(link):
+            os.symlink(os.path.join(real, entry), link)
+    os.environ["SPARK_HOME"] = home
+
+
 def main():
     with open(sys.argv[1]) as f:
         settings = json.load(f)
@@ -371,6 +387,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
 
+    if settings["master"].startswith("local-cluster["):
+        use_spark_home_of_our_own()
     from pyspark import SparkConf, SparkContext
 
     # Until the stage runs no agent can register: the job is queued from now on, not only once
