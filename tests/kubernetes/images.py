@@ -62,9 +62,23 @@ def input_hash(*parts):
     return sha.hexdigest()[:16]
 
 
+def archive_slug(name):
+    return name.rsplit("/", 1)[-1].replace(":", "-")
+
+
 def archive_path(cache_dir, name, key):
-    slug = name.rsplit("/", 1)[-1].replace(":", "-")
-    return os.path.join(cache_dir, f"{slug}-{key}.tar")
+    return os.path.join(cache_dir, f"{archive_slug(name)}-{key}.tar")
+
+
+def remove_other_versions(cache_dir, name, keep):
+    """An image's archives are gigabytes and one is current: the others go, so that the cache
+    does not fill the disk the test cluster's containerd unpacks images onto."""
+    pattern = re.compile(re.escape(archive_slug(name)) + r"-[0-9a-f]{16}\.tar")
+    for entry in os.listdir(cache_dir):
+        path = os.path.join(cache_dir, entry)
+        if pattern.fullmatch(entry) and path != keep:
+            os.unlink(path)
+            log(f"{name}: removed the older archive {path}")
 
 
 def build(cache_dir, name, key, fill, entrypoint=None, cmd=None, env=None):
@@ -72,6 +86,7 @@ def build(cache_dir, name, key, fill, entrypoint=None, cmd=None, env=None):
     output = archive_path(cache_dir, name, key)
     if os.path.exists(output):
         log(f"{name}: cached {output}")
+        remove_other_versions(cache_dir, name, output)
         return output
     os.makedirs(cache_dir, exist_ok=True)
     started = time.monotonic()
@@ -81,6 +96,7 @@ def build(cache_dir, name, key, fill, entrypoint=None, cmd=None, env=None):
         oci_archive.write_archive(output, name, layer, entrypoint=entrypoint, cmd=cmd, env=env)
     log(f"{name}: built {output} ({os.path.getsize(output) / 1e6:.1f} MB, "
         f"{time.monotonic() - started:.1f} s)")
+    remove_other_versions(cache_dir, name, output)
     return output
 
 
@@ -315,12 +331,30 @@ def tree_paths(root):
 
 
 def tree_listing(paths):
-    """What changes when a file of the tree does: each path's kind, size and mtime."""
+    """What changes when a file of the tree does: each path's kind, size and mtime. Not a
+    folder's size and mtime: they change with any entry made in it (byte code, Spark's work
+    folders), listed or not, and the listed entries are there on their own lines."""
     lines = []
     for path in paths:
         st = os.lstat(path)
-        lines.append(f"{path} {stat.S_IFMT(st.st_mode)} {st.st_size} {st.st_mtime_ns}")
+        if stat.S_ISDIR(st.st_mode):
+            lines.append(f"{path} {stat.S_IFMT(st.st_mode)}")
+        else:
+            lines.append(f"{path} {stat.S_IFMT(st.st_mode)} {st.st_size} {st.st_mtime_ns}")
     return "\n".join(lines)
+
+
+def venv_image_paths(venv, spark_home):
+    """The venv's paths that go into the image and its hash. What Python and Spark write into
+    the venv as it is used (byte code; the executors' folders that Spark's local-cluster workers
+    kept under $SPARK_HOME/work before the Spark backend gave them a SPARK_HOME of their own)
+    is neither needed in the image nor allowed to change its hash: each new hash cost another
+    2 GB archive and import."""
+    written = os.path.join(os.path.realpath(spark_home), "work")
+    return [path for path in tree_paths(os.path.realpath(venv))
+            if "/__pycache__" not in path and path != written
+            and not path.startswith(written + "/")
+            and not stat.S_ISSOCK(os.lstat(path).st_mode)]
 
 
 def java_home(binaries):
@@ -347,7 +381,7 @@ def cmd_spark(name, cache_dir, venv, roots):
     spark_home = found.stdout.strip()
     binaries, versions = debian_closure(roots)
     home = java_home(binaries)
-    venv_paths = tree_paths(os.path.realpath(venv))
+    venv_paths = venv_image_paths(venv, spark_home)
     with open(SPARK_ENTRYPOINT, "rb") as f:
         entrypoint = f.read()
     key = input_hash(name, versions, home, tree_listing(venv_paths), entrypoint)
@@ -355,8 +389,6 @@ def cmd_spark(name, cache_dir, venv, roots):
     def fill(layer):
         add_debian_files(layer, name, binaries)
         for path in venv_paths:
-            if "/__pycache__" in path or stat.S_ISSOCK(os.lstat(path).st_mode):
-                continue
             layer.add_path(path, path.lstrip("/"))
         layer.add_dir("opt/shoal-spark")
         layer.add_bytes(SPARK_ENTRYPOINT_IN_IMAGE.lstrip("/"), entrypoint, mode=0o755)
