@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import shoal_e2e as e2e
-from kubernetes_jobs import cluster, kubectl  # noqa: F401 (fixture)
+from kubernetes_jobs import cluster, kubectl, require_room_to_import  # noqa: F401 (fixture)
 
 IMAGE = "localhost/shoal-spark:test"
 IMAGE_PACKAGES = ["python3", "python3-torch", "python3-sklearn", "python3-numpy",
@@ -51,13 +51,14 @@ def spark_image(cluster):
     """The executor image, built (or found in the cache) and imported unless this cluster's
     containerd already holds that very archive."""
     r = subprocess.run([sys.executable, str(IMAGES_PY), "spark", IMAGE, str(IMAGE_CACHE),
-                        SPARK_VENV, *IMAGE_PACKAGES], capture_output=True, text=True, timeout=600)
+                        SPARK_VENV, *IMAGE_PACKAGES], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, f"images.py spark: {r.stderr}"
     archive = r.stdout.strip().splitlines()[-1]
     mark = STATE_DIR / "images" / "localhost_shoal-spark_test"
     imported = mark.read_text().strip() if mark.exists() else ""
     if imported != archive or IMAGE not in ctr("images", "ls", "-q").split():
-        ctr("images", "import", archive, timeout=600)
+        require_room_to_import(archive)
+        ctr("images", "import", archive, timeout=300)
         mark.parent.mkdir(parents=True, exist_ok=True)
         mark.write_text(archive + "\n")
     return IMAGE
