@@ -432,6 +432,13 @@ import_image() {
   if [ "$(cat "$mark" 2>/dev/null)" = "$archive" ] && ctr_ images ls -q | grep -Fx "$name" >/dev/null; then
     return 0
   fi
+  # Its blobs and its unpacked layers, above the kubelet's 1 % eviction threshold: below it the
+  # node reports DiskPressure and no pod is scheduled, which no test would say.
+  local size need free
+  size=$(stat -c %s "$archive")
+  need=$(( 2 * size + $(df -P -B1 "$DIR" | awk 'NR == 2 {print $2}') / 100 + 512 * 1024 * 1024 ))
+  free=$(df -P -B1 "$DIR" | awk 'NR == 2 {print $4}')
+  [ "$free" -ge "$need" ] || fail "importing $archive ($((size / 1000000)) MB) needs $((need / 1000000)) MB free under $DIR, $((free / 1000000)) MB are: free some space"
   local t0=$SECONDS
   ctr_ images import "$archive" >/dev/null || fail "ctr images import $archive failed"
   echo "$archive" >"$mark"
