@@ -3,9 +3,7 @@
 leaves nothing behind. Imported, fixtures included, by those files."""
 
 import json
-import os
-import shutil
-from pathlib import Path
+import subprocess
 
 import pytest
 
@@ -17,24 +15,16 @@ TRAIN = str(e2e.EXAMPLE_DIR / "train.py")
 
 kubectl = e2e.kubectl
 
-# The cluster's state (cluster.sh's $DIR): containerd keeps images there.
-CLUSTER_DIR = Path(os.environ.get("SHOAL_KUBERNETES_DIR", "/tmp/shoal-kubernetes"))
-# cluster.sh's kubelet evicts pods, and schedules none, below 1 % free on the node's disk.
-KUBELET_EVICTION_SHARE = 0.01
+CLUSTER_SH = e2e.REPO_ROOT / "tests" / "kubernetes" / "cluster.sh"
 
 
-def require_room_to_import(archive):
-    """Fails, saying so, unless the disk under the cluster's containerd can take `archive`
-    twice (its blobs and its unpacked layers) and stay above the kubelet's eviction threshold:
-    below it the node reports DiskPressure and executor or server pods wait, unscheduled, until
-    the test's time runs out."""
-    size = Path(archive).stat().st_size
-    disk = shutil.disk_usage(CLUSTER_DIR)
-    need = 2 * size + KUBELET_EVICTION_SHARE * disk.total + 512e6
-    assert disk.free >= need, (
-        f"the disk under {CLUSTER_DIR} has {disk.free / 1e9:.1f} GB free; importing {archive} "
-        f"({size / 1e9:.1f} GB) needs {need / 1e9:.1f} GB (its blobs, its unpacked layers and "
-        f"the kubelet's {KUBELET_EVICTION_SHARE:.0%} eviction threshold): free some space")
+def import_image(name, archive, timeout=300):
+    """`cluster.sh import`: the one way images reach the cluster's containerd, with its checks
+    (among them the free disk: below the kubelet's eviction threshold the node schedules no
+    pod, and a test would wait for pods that never start)."""
+    r = subprocess.run(["bash", str(CLUSTER_SH), "import", name, str(archive)],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"cluster.sh import {name} {archive}: {r.stderr}"
 
 
 @pytest.fixture(scope="module", autouse=True)

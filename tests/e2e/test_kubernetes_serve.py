@@ -30,8 +30,8 @@ import torch
 import yaml
 
 import shoal_e2e as e2e
-from kubernetes_jobs import (cluster, kubectl, nothing_left_behind,  # noqa: F401 (fixtures)
-                             require_room_to_import)
+from kubernetes_jobs import (cluster, import_image, kubectl,  # noqa: F401 (fixtures)
+                             nothing_left_behind)
 
 AGENT_IMAGE_TOOL = e2e.REPO_ROOT / "tools" / "kubernetes" / "agent_image.py"
 CONTAINERD_SOCK = "/run/shoal-kubernetes-containerd/containerd.sock"
@@ -80,8 +80,7 @@ def serve_image(tmp_path_factory):
                             "--serve", str(module), "--image", image, "--output", str(archive)],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"agent_image.py --serve: {r.stderr}"
-        require_room_to_import(archive)
-        ctr("images", "import", str(archive), timeout=600)
+        import_image(image, archive, timeout=600)
         archive.unlink()
         for old in present:
             if old.startswith(f"{IMAGE_REPOSITORY}:e2e-"):

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 import shoal_e2e as e2e
-from kubernetes_jobs import cluster, kubectl, require_room_to_import  # noqa: F401 (fixture)
+from kubernetes_jobs import cluster, import_image, kubectl  # noqa: F401 (fixture)
 
 IMAGE = "localhost/shoal-spark:test"
 IMAGE_PACKAGES = ["python3", "python3-torch", "python3-sklearn", "python3-numpy",
@@ -31,19 +31,10 @@ IMAGE_PACKAGES = ["python3", "python3-torch", "python3-sklearn", "python3-numpy"
 SPARK_VENV = "/var/cache/shoal/venvs/spark"
 IMAGES_PY = e2e.REPO_ROOT / "tests" / "kubernetes" / "images.py"
 IMAGE_CACHE = Path(os.environ.get("SHOAL_KUBERNETES_CACHE", "/var/cache/shoal/kubernetes")) / "images"
-STATE_DIR = Path(os.environ.get("SHOAL_KUBERNETES_DIR", "/tmp/shoal-kubernetes"))
-CONTAINERD_SOCK = "/run/shoal-kubernetes-containerd/containerd.sock"
 # Pods reach this machine at the bridge's address (their default route): Shoal's master and the
 # Spark driver listen there.
 LISTEN = "10.244.0.1"
 TRAIN = e2e.EXAMPLE_DIR / "train.py"
-
-
-def ctr(*args, timeout=300):
-    r = subprocess.run(["ctr", "-a", CONTAINERD_SOCK, "-n", "k8s.io", *args], capture_output=True,
-                       text=True, timeout=timeout)
-    assert r.returncode == 0, f"ctr {' '.join(args)}: {r.stderr}"
-    return r.stdout
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +44,7 @@ def spark_image(cluster):
     r = subprocess.run([sys.executable, str(IMAGES_PY), "spark", IMAGE, str(IMAGE_CACHE),
                         SPARK_VENV, *IMAGE_PACKAGES], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, f"images.py spark: {r.stderr}"
-    archive = r.stdout.strip().splitlines()[-1]
-    mark = STATE_DIR / "images" / "localhost_shoal-spark_test"
-    imported = mark.read_text().strip() if mark.exists() else ""
-    if imported != archive or IMAGE not in ctr("images", "ls", "-q").split():
-        require_room_to_import(archive)
-        ctr("images", "import", archive, timeout=300)
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text(archive + "\n")
+    import_image(IMAGE, r.stdout.strip().splitlines()[-1])
     return IMAGE
 
 

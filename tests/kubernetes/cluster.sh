@@ -16,6 +16,10 @@
 #   tests/kubernetes/cluster.sh node-up  stop / start the node's kubelet, for tests of a lost
 #                                        node (its containers keep running, as on a node cut
 #                                        off); node-up waits until the node is Ready again
+#   tests/kubernetes/cluster.sh import NAME ARCHIVE
+#                                        import an OCI archive as image NAME into the running
+#                                        cluster's containerd, unless it holds that archive
+#                                        already; fails, saying so, when the disk cannot take it
 #
 # Environment: SHOAL_KUBERNETES_DIR (state directory, default /tmp/shoal-kubernetes),
 #              SHOAL_KUBERNETES_CACHE (binaries and images, default /var/cache/shoal/kubernetes),
@@ -665,6 +669,13 @@ case "${1:-}" in
   status) [ $# -eq 1 ] || die "status takes no arguments"; cmd_status ;;
   node-down) [ $# -eq 1 ] || die "node-down takes no arguments"; cmd_node_down ;;
   node-up) [ $# -eq 1 ] || die "node-up takes no arguments"; cmd_node_up ;;
+  import)
+    [ $# -eq 3 ] || die "import takes an image NAME and its ARCHIVE"
+    require_root
+    [ -f "$3" ] || die "no image archive at $3"
+    mkdir -p "$DIR/images"
+    import_image "$2" "$3"
+    ;;
   kubectl)
     shift
     BIN=$(bin_dir)
@@ -672,5 +683,5 @@ case "${1:-}" in
     exec "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"
     ;;
   -h | --help | help | '') usage ;;
-  *) die "unknown command '$1' (build|up|down|status|kubectl|node-down|node-up)" ;;
+  *) die "unknown command '$1' (build|up|down|status|kubectl|node-down|node-up|import)" ;;
 esac
