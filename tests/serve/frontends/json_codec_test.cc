@@ -633,6 +633,31 @@ TEST(JsonCodecTest, TheCommonFormIsDecodedInOnePass) {
   }
 }
 
+// The one-pass reader finds a string's end eight bytes at a time: an escape, a quote or a
+// byte that is not ASCII at any place of a name of any length must be seen, and a plain name
+// (DEL included, which JSON allows unescaped) read whole.
+TEST(JsonCodecTest, TheOnePassReaderSeesEveryEscapeAnywhereInAName) {
+  // (as written in the body, as decoded)
+  const std::pair<std::string, std::string> specials[] = {
+      {R"(\")", "\""}, {R"(\\)", "\\"}, {R"(\u0001)", "\x01"}, {R"(\n)", "\n"},
+      {"\xC3\xA9", "\xC3\xA9"}, {"\x7F", "\x7F"}, {"~", "~"}, {" ", " "}};
+  for (size_t length = 1; length <= 20; ++length) {
+    for (size_t at = 0; at < length; ++at) {
+      for (const auto& [written, decoded] : specials) {
+        std::string name_written(length, 'a'), name(length, 'a');
+        name_written.replace(at, 1, written);
+        name.replace(at, 1, decoded);
+        std::string body = R"({"inputs": [{"name": ")" + name_written +
+                           R"(", "shape": [1], "datatype": "FP32", "data": [1]}]})";
+        CommonPathAgrees(body);
+        absl::StatusOr<InferRequest> request = DecodeInferRequest(body);
+        ASSERT_TRUE(request.ok()) << body << ": " << request.status();
+        EXPECT_EQ(request->inputs.at(0).name, name) << body;
+      }
+    }
+  }
+}
+
 TEST(JsonCodecTest, TheOnePassDecoderLeavesEverythingElseToTheGeneralOne) {
   const std::string bodies[] = {
       R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": 0.5}]})",
