@@ -318,7 +318,7 @@ HttpReply InferenceRoutes::Error(int status, std::string_view message) {
   return reply;
 }
 
-void InferenceRoutes::Handle(HttpRequest req, HttpReplyFn reply) const {
+void InferenceRoutes::Handle(HttpRequest& req, HttpReplyFn reply) const {
   const bool get = req.method == "GET";
   const bool post = req.method == "POST";
   // Inline: a request's path has five segments at most, and a vector grown per request was

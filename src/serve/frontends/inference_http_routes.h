@@ -32,7 +32,8 @@ struct HttpReply {
 
 // Called exactly once per request, on any thread, with what makes its reply; the front end
 // runs it on its own thread, so that encoding a response never holds up a model's instance
-// thread.
+// thread. (An inference's reply usually comes on the front end's thread already: its event
+// loops are the CompletionHome of the requests they submit, model_scheduler.h.)
 using HttpReplyFn = std::function<void(std::function<HttpReply()> make_reply)>;
 
 // The KServe v2 REST endpoints and Triton's repository extension (docs/serving.md), apart
@@ -53,7 +54,9 @@ class InferenceRoutes {
   InferenceRoutes(Options options, ModelManager* models, WorkerPool* blocking)
       : options_(std::move(options)), models_(models), blocking_(blocking) {}
 
-  void Handle(HttpRequest request, HttpReplyFn reply) const;
+  // Answers `request` through `reply`. Moves from `request` only what it keeps beyond the
+  // call; the front end may reuse what is left, strings with their room, for its next request.
+  void Handle(HttpRequest& request, HttpReplyFn reply) const;
 
   // {"error": message} with `status`.
   static HttpReply Error(int status, std::string_view message);

@@ -303,26 +303,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Hands the request read into request_ to the routes.
   void Dispatch() {
-    HttpRequest request;
-    request.method = request_.method;
+    // routed_ is reused from request to request, and its body swapped with the reader's, so
+    // that their strings keep their room: a small request allocates none of them.
+    HttpRequest& request = routed_;
+    request.method.assign(request_.method);
     std::string_view target = request_.target;
-    request.path = common::PercentDecoded(target.substr(0, target.find('?')));
-    request.body = std::move(request_.body);
+    std::string_view path = target.substr(0, target.find('?'));
+    if (path.find('%') == std::string_view::npos) {
+      request.path.assign(path);
+    } else {
+      request.path = common::PercentDecoded(path);
+    }
+    request.body.swap(request_.body);
     request.inference_header_content_length = std::move(request_.inference_header_content_length);
     if (!state_->Take()) return Close();
     // However long the model takes, the client is waiting for it, not stalled.
     deadline_ = LoopDeadlines::kNever;
-    state_->routes->Handle(
-        std::move(request),
-        [self = shared_from_this()](std::function<HttpReply()> make_reply) mutable {
-          auto executor = self->stream_.get_executor();
-          // On this loop's thread the reply is written at once; from a model's thread it is
-          // queued to the loop.
-          asio::dispatch(executor, [self = std::move(self),
-                                    make_reply = std::move(make_reply)]() mutable {
-            self->WriteReply(make_reply(), /*counted=*/true, /*close=*/false);
-          });
-        });
+    // The connection keeps itself alive until the reply comes, so that the reply callback
+    // holds a plain pointer, which std::function stores without allocating.
+    awaiting_reply_ = shared_from_this();
+    state_->routes->Handle(request, [this](std::function<HttpReply()> make_reply) {
+      // On this loop's thread the reply is written at once; from another thread it is queued
+      // to the loop.
+      asio::dispatch(stream_.get_executor(), [self = std::move(awaiting_reply_),
+                                              make_reply = std::move(make_reply)]() mutable {
+        self->WriteReply(make_reply(), /*counted=*/true, /*close=*/false);
+      });
+    });
   }
 
   // The status line and header are formatted here and sent with the body in one gather
@@ -383,6 +390,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   beast::flat_buffer buffer_;
   RequestHead request_;  // before parser_, which writes into it
   std::optional<RequestReader> parser_;
+  HttpRequest routed_;  // the request handed to the routes
+  // This connection, from a request's hand-off to the routes until its reply is written.
+  std::shared_ptr<Connection> awaiting_reply_;
   std::string head_;  // the reply being written: its status line and header,
   std::string body_;  // and its body
   bool keep_alive_ = true;
@@ -504,7 +514,12 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
       // The requests one round of the loop reads are queued without waking their models; one
       // posted flush wakes them after the round, so they can run as one batch.
       DeferredWakes::Install([loop] { asio::post(*loop, [] { DeferredWakes::Flush(); }); });
+      // The replies of the requests this loop submits come back to it, a batch's at a time,
+      // and are written from its thread (model_scheduler.h, CompletionHome).
+      CompletionHome::Install(
+          [loop] { asio::post(*loop, [] { CompletionHome::DrainThisThread(); }); });
       loop->run();
+      CompletionHome::Uninstall();
       DeferredWakes::Uninstall();
     });
   }

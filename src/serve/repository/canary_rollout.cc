@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "serve/repository/served_version.h"
+#include "serve/scheduling/completion_home.h"
 
 namespace shoal::serve {
 namespace {
@@ -231,10 +232,14 @@ std::pair<ServedVersion*, absl::StatusOr<std::vector<Tensor>>> CanaryRollout::In
   using Result = std::pair<ServedVersion*, absl::StatusOr<std::vector<Tensor>>>;
   auto promise = std::make_shared<std::promise<Result>>();
   std::future<Result> future = promise->get_future();
-  InferAsync(std::move(request),
-             [promise](ServedVersion* answered, absl::StatusOr<std::vector<Tensor>> outputs) {
-               promise->set_value(Result(answered, std::move(outputs)));
-             });
+  {
+    // This thread waits below, so it cannot be where the request completes.
+    CompletionHome::Suspend on_instance_thread;
+    InferAsync(std::move(request),
+               [promise](ServedVersion* answered, absl::StatusOr<std::vector<Tensor>> outputs) {
+                 promise->set_value(Result(answered, std::move(outputs)));
+               });
+  }
   return future.get();
 }
 

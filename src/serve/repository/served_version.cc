@@ -508,9 +508,13 @@ absl::StatusOr<std::vector<Tensor>> ServedVersion::Infer(InferRequest request) {
   }
   auto promise = std::make_shared<std::promise<absl::StatusOr<std::vector<Tensor>>>>();
   std::future<absl::StatusOr<std::vector<Tensor>>> future = promise->get_future();
-  InferAsync(std::move(request), [promise](absl::StatusOr<std::vector<Tensor>> result) {
-    promise->set_value(std::move(result));
-  });
+  {
+    // This thread waits below, so it cannot be where the request completes.
+    CompletionHome::Suspend on_instance_thread;
+    InferAsync(std::move(request), [promise](absl::StatusOr<std::vector<Tensor>> result) {
+      promise->set_value(std::move(result));
+    });
+  }
   return future.get();
 }
 

@@ -87,32 +87,49 @@ std::vector<Tensor> ConcatenateRows(const std::vector<std::unique_ptr<PendingInf
   return inputs;
 }
 
-absl::StatusOr<std::vector<std::vector<Tensor>>> SplitRows(const std::vector<Tensor>& outputs,
-                                                           const std::vector<int64_t>& rows) {
-  int64_t total = 0;
-  for (int64_t r : rows) total += r;
-  std::vector<std::vector<Tensor>> split(rows.size());
-  for (const Tensor& output : outputs) {
-    if (output.shape.empty() || output.shape[0] != total) {
-      return absl::InternalError(absl::StrCat(
-          "output '", output.name, "' has shape ", ShapeString(output.shape), " for a batch of ",
-          total, " rows; a batching model must return the batch dimension first"));
-    }
-    size_t row_bytes = total == 0 ? 0 : output.data.size() / static_cast<size_t>(total);
-    size_t offset = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      Tensor part;
-      part.name = output.name;
-      part.datatype = output.datatype;
-      part.shape = output.shape;
-      part.shape[0] = rows[i];
-      size_t bytes = row_bytes * static_cast<size_t>(rows[i]);
-      part.data.assign(output.data.begin() + offset, output.data.begin() + offset + bytes);
-      offset += bytes;
-      split[i].push_back(std::move(part));
-    }
+namespace {
+
+absl::Status CheckBatchDimension(const Tensor& output, int64_t total) {
+  if (output.shape.empty() || output.shape[0] != total) {
+    return absl::InternalError(absl::StrCat(
+        "output '", output.name, "' has shape ", ShapeString(output.shape), " for a batch of ",
+        total, " rows; a batching model must return the batch dimension first"));
   }
-  return split;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Tensor>> SliceRows(const std::vector<Tensor>& outputs,
+                                              int64_t total_rows, int64_t first, int64_t count) {
+  std::vector<Tensor> slice(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& output = outputs[i];
+    if (absl::Status batched = CheckBatchDimension(output, total_rows); !batched.ok()) {
+      return batched;
+    }
+    size_t row_bytes =
+        total_rows == 0 ? 0 : output.data.size() / static_cast<size_t>(total_rows);
+    Tensor& part = slice[i];
+    part.name = output.name;
+    part.datatype = output.datatype;
+    part.shape = output.shape;
+    part.shape[0] = count;
+    auto begin = output.data.begin() + static_cast<ptrdiff_t>(row_bytes * first);
+    part.data.assign(begin, begin + static_cast<ptrdiff_t>(row_bytes * count));
+  }
+  return slice;
+}
+
+absl::StatusOr<std::vector<Tensor>> TakeOutputs(PendingInference& request) {
+  std::shared_ptr<BatchOutputs> result = std::move(request.result);
+  if (!result->outputs.ok()) return result->outputs.status();
+  if (result->whole) {
+    // A batch of one: the outputs are this request's alone, unless something else kept them.
+    if (result.use_count() == 1) return std::move(result->outputs);
+    return result->outputs;
+  }
+  return SliceRows(*result->outputs, result->total_rows, request.first_row, request.rows);
 }
 
 }  // namespace shoal::serve

@@ -16,12 +16,30 @@ namespace shoal::serve {
 // Called exactly once with a request's outputs or why it failed.
 using InferenceDone = std::function<void(absl::StatusOr<std::vector<Tensor>>)>;
 
+class CompletionHome;
+
+// What one model call returned, shared by the requests of its batch until each has taken its
+// rows (SliceRows) on the thread that completes it.
+struct BatchOutputs {
+  absl::StatusOr<std::vector<Tensor>> outputs;
+  int64_t total_rows = 0;
+  // A batch of one request: its outputs are the model's, whole (an unbatched model's first
+  // dimension need not be a batch dimension).
+  bool whole = false;
+};
+
 // A request waiting for a model instance.
 struct PendingInference {
   std::vector<Tensor> inputs;  // in the model's argument order, already validated
   int64_t rows = 1;            // its batch dimension (inputs' dim 0) when batching
   Clock::TimePoint enqueued{};
   InferenceDone done;
+  // The thread `done` runs on once the request has run (model_scheduler.h); null: the
+  // instance thread that ran it.
+  std::shared_ptr<CompletionHome> home;
+  // Set when the request has run: its batch's outputs, and where its rows start in them.
+  std::shared_ptr<BatchOutputs> result;
+  int64_t first_row = 0;
 };
 
 struct BatchPolicy {
@@ -76,10 +94,14 @@ class BatchQueue {
 // the requests can batch together (BatchQueue::CanBatchTogether), every input has rank >= 1.
 std::vector<Tensor> ConcatenateRows(const std::vector<std::unique_ptr<PendingInference>>& batch);
 
-// Splits a batch's outputs back into one output list per request, `rows[i]` rows for request
-// i. InternalError when an output is a scalar or its dimension 0 is not the batch's total
-// rows (a model that does not keep the batch dimension cannot be batched).
-absl::StatusOr<std::vector<std::vector<Tensor>>> SplitRows(const std::vector<Tensor>& outputs,
-                                                           const std::vector<int64_t>& rows);
+// One request's part of a batch's outputs: `count` rows from `first`, of `total_rows`.
+// InternalError when an output is a scalar or its dimension 0 is not the batch's total rows
+// (a model that does not keep the batch dimension cannot be batched).
+absl::StatusOr<std::vector<Tensor>> SliceRows(const std::vector<Tensor>& outputs,
+                                              int64_t total_rows, int64_t first, int64_t count);
+
+// The outputs `request` (which has run) answers with: its rows of its batch's, or the batch's
+// error. Moves them out when the request holds the batch's outputs alone.
+absl::StatusOr<std::vector<Tensor>> TakeOutputs(PendingInference& request);
 
 }  // namespace shoal::serve

@@ -16,6 +16,7 @@ thread_local std::unique_ptr<ThreadDeferral> this_thread_deferral;
 
 }  // namespace
 
+
 void DeferredWakes::Install(std::function<void()> schedule_flush) {
   this_thread_deferral = std::make_unique<ThreadDeferral>();
   this_thread_deferral->schedule_flush = std::move(schedule_flush);
@@ -92,6 +93,7 @@ void ModelScheduler::Submit(std::vector<Tensor> inputs, int64_t rows, InferenceD
   request->inputs = std::move(inputs);
   request->rows = rows;
   request->done = std::move(done);
+  request->home = CompletionHome::Current();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) {
@@ -198,37 +200,59 @@ bool ModelScheduler::CanStartAnotherLocked() const {
 void ModelScheduler::Execute(ModelRunner* runner,
                              std::vector<std::unique_ptr<PendingInference>> batch) {
   Clock::TimePoint start = clock_->Now();
-  std::vector<int64_t> rows;
   int64_t total_rows = 0;
   for (const auto& request : batch) {
-    rows.push_back(request->rows);
     total_rows += request->rows;
     stats_->queue_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(start - request->enqueued).count());
   }
-  absl::StatusOr<std::vector<Tensor>> outputs =
-      batch.size() == 1 ? runner->Run(std::move(batch.front()->inputs))
-                        : runner->Run(ConcatenateRows(batch));
+  auto result = std::make_shared<BatchOutputs>();
+  result->total_rows = total_rows;
+  result->whole = batch.size() == 1;
+  result->outputs = result->whole ? runner->Run(std::move(batch.front()->inputs))
+                                  : runner->Run(ConcatenateRows(batch));
   Clock::TimePoint end = clock_->Now();
   stats_->compute_ns += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count());
   stats_->execution_count += 1;
   stats_->inference_count += static_cast<uint64_t>(total_rows);
   stats_->last_inference_ms = clock_->UnixMillis();
-  if (!outputs.ok()) {
-    for (auto& request : batch) request->done(outputs.status());
-    return;
+  int64_t first_row = 0;
+  for (auto& request : batch) {
+    request->result = result;
+    request->first_row = first_row;
+    first_row += request->rows;
   }
-  if (batch.size() == 1) {
-    batch.front()->done(*std::move(outputs));
-    return;
+  result.reset();
+  Complete(std::move(batch));
+}
+
+void ModelScheduler::Complete(std::vector<std::unique_ptr<PendingInference>> batch) {
+  // A batch's requests usually share one home (one event loop); each home gets its requests in
+  // one delivery, in batch order.
+  std::vector<std::unique_ptr<PendingInference>> same_home;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!batch[i]) continue;
+    CompletionHome* home = batch[i]->home.get();
+    if (home != nullptr) {
+      for (size_t j = i; j < batch.size(); ++j) {
+        if (batch[j] && batch[j]->home.get() == home) same_home.push_back(std::move(batch[j]));
+      }
+      if (home->Deliver(same_home)) continue;
+      // The home has closed: complete them here.
+      for (auto& request : same_home) request->home.reset();
+      for (auto& request : same_home) {
+        PendingInference& finished = *request;
+        finished.done(TakeOutputs(finished));
+        request.reset();
+      }
+      same_home.clear();
+      continue;
+    }
+    PendingInference& finished = *batch[i];
+    finished.done(TakeOutputs(finished));
+    batch[i].reset();
   }
-  absl::StatusOr<std::vector<std::vector<Tensor>>> split = SplitRows(*outputs, rows);
-  if (!split.ok()) {
-    for (auto& request : batch) request->done(split.status());
-    return;
-  }
-  for (size_t i = 0; i < batch.size(); ++i) batch[i]->done(std::move((*split)[i]));
 }
 
 }  // namespace shoal::serve

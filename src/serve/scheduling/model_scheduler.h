@@ -14,6 +14,7 @@
 #include "serve/core/inference_stats.h"
 #include "serve/core/tensor.h"
 #include "serve/scheduling/batch_queue.h"
+#include "serve/scheduling/completion_home.h"
 #include "serve/scheduling/compute_slots.h"
 
 namespace shoal::serve {
@@ -79,9 +80,10 @@ class ModelScheduler {
   ~ModelScheduler();
 
   // Queues one request. REQUIRES: `inputs` are valid for the model and, when batching, have
-  // `rows` (<= max_batch_size) as their dimension 0. `done` runs exactly once, on an instance
-  // thread (or on the destructor's thread for requests still queued at shutdown); it must not
-  // call back into the scheduler.
+  // `rows` (<= max_batch_size) as their dimension 0. `done` runs exactly once: on the calling
+  // thread's CompletionHome when it has one, else on an instance thread (or on the
+  // destructor's thread for requests still queued at shutdown), where it must not call back
+  // into the scheduler.
   void Submit(std::vector<Tensor> inputs, int64_t rows, InferenceDone done);
 
   const BatchPolicy& policy() const { return queue_.policy(); }
@@ -97,6 +99,8 @@ class ModelScheduler {
   // Whether an instance woken now could start a batch: no instance runs, or a CPU is free.
   bool CanStartAnotherLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Execute(ModelRunner* runner, std::vector<std::unique_ptr<PendingInference>> batch);
+  // Sends each request of a batch that has run to its home, and completes the rest here.
+  static void Complete(std::vector<std::unique_ptr<PendingInference>> batch);
 
   const Clock* const clock_;
   InferenceStats* const stats_;

@@ -146,13 +146,57 @@ TEST(BatchQueueTest, ConcatenatesOnDimensionZeroAndSplitsBack) {
   EXPECT_EQ(inputs[0].shape, (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(Floats(inputs[0]), (std::vector<float>{0, 1, 10, 11, 12, 13}));
 
-  auto split = SplitRows(inputs, {1, 2});
-  ASSERT_TRUE(split.ok()) << split.status();
-  ASSERT_EQ(split->size(), 2u);
-  EXPECT_EQ((*split)[0][0].shape, (std::vector<int64_t>{1, 2}));
-  EXPECT_EQ(Floats((*split)[0][0]), (std::vector<float>{0, 1}));
-  EXPECT_EQ((*split)[1][0].shape, (std::vector<int64_t>{2, 2}));
-  EXPECT_EQ(Floats((*split)[1][0]), (std::vector<float>{10, 11, 12, 13}));
+  auto first = SliceRows(inputs, 3, /*first=*/0, /*count=*/1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ((*first)[0].name, "x");
+  EXPECT_EQ((*first)[0].shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(Floats((*first)[0]), (std::vector<float>{0, 1}));
+  auto second = SliceRows(inputs, 3, /*first=*/1, /*count=*/2);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(Floats((*second)[0]), (std::vector<float>{10, 11, 12, 13}));
+}
+
+TEST(BatchQueueTest, ARequestTakesItsRowsOrTheWholeOutputsOfABatchOfOne) {
+  std::vector<std::unique_ptr<PendingInference>> batch;
+  batch.push_back(Request(1, 2, /*first=*/0));
+  batch.push_back(Request(2, 2, /*first=*/10));
+  auto result = std::make_shared<BatchOutputs>();
+  result->outputs = ConcatenateRows(batch);
+  result->total_rows = 3;
+  batch[0]->result = result;
+  batch[1]->result = result;
+  batch[1]->first_row = 1;
+  result.reset();
+  auto second = TakeOutputs(*batch[1]);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(Floats((*second)[0]), (std::vector<float>{10, 11, 12, 13}));
+  EXPECT_EQ(batch[1]->result, nullptr);  // let go of the batch's outputs
+  auto first = TakeOutputs(*batch[0]);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Floats((*first)[0]), (std::vector<float>{0, 1}));
+
+  // An unbatched model's output need not have the batch's rows first: a batch of one gets it
+  // whole.
+  Tensor scalar;
+  scalar.name = "loss";
+  scalar.data.resize(4);
+  auto alone = std::make_shared<BatchOutputs>();
+  alone->outputs = std::vector<Tensor>{scalar};
+  alone->total_rows = 1;
+  alone->whole = true;
+  batch[0]->result = std::move(alone);
+  auto whole = TakeOutputs(*batch[0]);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ((*whole)[0].name, "loss");
+  EXPECT_TRUE((*whole)[0].shape.empty());
+
+  // The batch's error is every request's.
+  auto failed = std::make_shared<BatchOutputs>();
+  failed->outputs = absl::InternalError("the model threw");
+  batch[1]->result = std::move(failed);
+  EXPECT_EQ(TakeOutputs(*batch[1]).status().message(), "the model threw");
 }
 
 TEST(BatchQueueTest, SplittingRefusesOutputsWithoutTheBatchDimension) {
@@ -160,7 +204,7 @@ TEST(BatchQueueTest, SplittingRefusesOutputsWithoutTheBatchDimension) {
   scalar.name = "loss";
   scalar.shape = {};
   scalar.data.resize(4);
-  auto split = SplitRows({scalar}, {1, 2});
+  auto split = SliceRows({scalar}, 3, /*first=*/1, /*count=*/2);
   ASSERT_FALSE(split.ok());
   EXPECT_EQ(split.status().message(),
             "output 'loss' has shape [] for a batch of 3 rows; a batching model must return the "

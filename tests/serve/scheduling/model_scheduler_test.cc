@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -197,6 +200,167 @@ TEST(ModelSchedulerTest, DeferredWakesLetARoundOfRequestsRunAsOneBatch) {
   EXPECT_EQ(flushes_scheduled, 2);
   std::lock_guard<std::mutex> lock(recorder.mu);
   EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{5, 1, 1}));
+}
+
+// A thread that runs what is posted to it, in order: an event loop's stand-in.
+class TaskThread {
+ public:
+  TaskThread() : thread_([this] { Loop(); }) {}
+  ~TaskThread() {
+    Post(nullptr);
+    thread_.join();
+  }
+  void Post(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+    changed_.notify_all();
+  }
+  // Runs `task` on the thread and waits for it.
+  void Run(std::function<void()> task) {
+    std::promise<void> ran;
+    Post([&] {
+      task();
+      ran.set_value();
+    });
+    ran.get_future().wait();
+  }
+  std::thread::id id() const { return thread_.get_id(); }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        changed_.wait(lock, [&] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      if (!task) return;
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<std::function<void()>> tasks_;
+  std::thread thread_;
+};
+
+// Submits one request; its future gives the result and the thread its `done` ran on.
+using Completion = std::pair<absl::StatusOr<std::vector<Tensor>>, std::thread::id>;
+std::future<Completion> SubmitNoting(ModelScheduler& scheduler, float value) {
+  auto promise = std::make_shared<std::promise<Completion>>();
+  auto future = promise->get_future();
+  scheduler.Submit({Rows(1, value)}, 1, [promise](absl::StatusOr<std::vector<Tensor>> r) {
+    promise->set_value(Completion(std::move(r), std::this_thread::get_id()));
+  });
+  return future;
+}
+
+TEST(ModelSchedulerTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  TaskThread loop;
+  std::atomic<int> wakes{0};
+  loop.Run([&] {
+    CompletionHome::Install([&] {
+      ++wakes;
+      loop.Post([] { CompletionHome::DrainThisThread(); });
+    });
+  });
+
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  std::vector<std::future<Completion>> results;
+  loop.Run([&] { results.push_back(SubmitNoting(**scheduler, 0)); });
+  {
+    std::unique_lock<std::mutex> lock(recorder.mu);
+    recorder.changed.wait(lock, [&] { return recorder.running == 1; });
+  }
+  // Three more queue while the first runs, and run as one batch after it.
+  loop.Run([&] {
+    for (int i = 1; i <= 3; ++i) results.push_back(SubmitNoting(**scheduler, float(i)));
+  });
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+  for (int i = 0; i < 4; ++i) {
+    Completion done = results[i].get();
+    ASSERT_TRUE(done.first.ok()) << done.first.status();
+    EXPECT_EQ(FirstFloat(done.first->at(0)), float(i));  // its own row of its batch
+    EXPECT_EQ(FirstFloat(done.first->at(1)), i == 0 ? 1.0f : 3.0f);
+    EXPECT_EQ(done.second, loop.id()) << "request " << i << " completed off its home thread";
+  }
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    EXPECT_EQ(recorder.batch_rows, (std::vector<int64_t>{1, 3}));
+  }
+  // One wake per delivery that found the home empty: at most one per batch.
+  EXPECT_GE(wakes.load(), 1);
+  EXPECT_LE(wakes.load(), 2);
+
+  // A caller that blocks on its result suspends its home: the instance thread completes it.
+  std::future<Completion> suspended;
+  loop.Run([&] {
+    CompletionHome::Suspend blocking;
+    EXPECT_EQ(CompletionHome::Current(), nullptr);
+    suspended = SubmitNoting(**scheduler, 7);
+  });
+  Completion done = suspended.get();
+  ASSERT_TRUE(done.first.ok());
+  EXPECT_NE(done.second, loop.id());
+  loop.Run([&] { EXPECT_NE(CompletionHome::Current(), nullptr); });
+  loop.Run([] { CompletionHome::Uninstall(); });
+}
+
+TEST(ModelSchedulerTest, AHomeThatGoesCompletesWhatItWasGivenAndNothingAfter) {
+  Recorder recorder;
+  InferenceStats stats;
+  SchedulerOptions options;
+  options.policy = {/*max_batch_size=*/8, microseconds(0)};
+  auto scheduler =
+      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  TaskThread loop;
+  std::promise<void> delivered;
+  // This home's thread never drains on its own: what was delivered waits for Uninstall.
+  loop.Run([&] { CompletionHome::Install([&] { delivered.set_value(); }); });
+  std::future<Completion> given;
+  loop.Run([&] { given = SubmitNoting(**scheduler, 1); });
+  ASSERT_EQ(delivered.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the request was not delivered to its home";
+  EXPECT_EQ(given.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  loop.Run([] { CompletionHome::Uninstall(); });
+  ASSERT_EQ(given.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(given.get().second, loop.id());
+
+  // A request submitted before the home went, and run after: its instance thread completes it.
+  loop.Run([&] { CompletionHome::Install([] {}); });
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = false;
+  }
+  std::future<Completion> late;
+  loop.Run([&] { late = SubmitNoting(**scheduler, 2); });
+  loop.Run([] { CompletionHome::Uninstall(); });
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = true;
+  }
+  recorder.changed.notify_all();
+  Completion done = late.get();
+  ASSERT_TRUE(done.first.ok());
+  EXPECT_EQ(FirstFloat(done.first->at(0)), 2.0f);
+  EXPECT_NE(done.second, loop.id());
 }
 
 TEST(ModelSchedulerTest, WithoutBatchingRunsEachRequestAlone) {
