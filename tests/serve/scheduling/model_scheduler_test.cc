@@ -257,15 +257,35 @@ std::future<Completion> SubmitNoting(ModelScheduler& scheduler, float value) {
   return future;
 }
 
-TEST(ModelSchedulerTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
+// Holds the fake instances' runs back (closed), or lets them go.
+void SetGate(Recorder& recorder, bool open) {
+  {
+    std::lock_guard<std::mutex> lock(recorder.mu);
+    recorder.gate_open = open;
+  }
+  recorder.changed.notify_all();
+}
+
+// One instance, batches of up to 8 rows dispatched as soon as it is free, and a thread to be
+// the requests' home.
+class CompletionHomeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options;
+    options.policy = {/*max_batch_size=*/8, microseconds(0)};
+    auto started = ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(),
+                                         &stats);
+    ASSERT_TRUE(started.ok()) << started.status();
+    scheduler = *std::move(started);
+  }
+
   Recorder recorder;
   InferenceStats stats;
-  SchedulerOptions options;
-  options.policy = {/*max_batch_size=*/8, microseconds(0)};
-  auto scheduler =
-      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  std::unique_ptr<ModelScheduler> scheduler;
   TaskThread loop;
+};
+
+TEST_F(CompletionHomeTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
   std::atomic<int> wakes{0};
   loop.Run([&] {
     CompletionHome::Install([&] {
@@ -274,25 +294,18 @@ TEST(ModelSchedulerTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
     });
   });
 
-  {
-    std::lock_guard<std::mutex> lock(recorder.mu);
-    recorder.gate_open = false;
-  }
+  SetGate(recorder, /*open=*/false);
   std::vector<std::future<Completion>> results;
-  loop.Run([&] { results.push_back(SubmitNoting(**scheduler, 0)); });
+  loop.Run([&] { results.push_back(SubmitNoting(*scheduler, 0)); });
   {
     std::unique_lock<std::mutex> lock(recorder.mu);
     recorder.changed.wait(lock, [&] { return recorder.running == 1; });
   }
   // Three more queue while the first runs, and run as one batch after it.
   loop.Run([&] {
-    for (int i = 1; i <= 3; ++i) results.push_back(SubmitNoting(**scheduler, float(i)));
+    for (int i = 1; i <= 3; ++i) results.push_back(SubmitNoting(*scheduler, float(i)));
   });
-  {
-    std::lock_guard<std::mutex> lock(recorder.mu);
-    recorder.gate_open = true;
-  }
-  recorder.changed.notify_all();
+  SetGate(recorder, /*open=*/true);
   for (int i = 0; i < 4; ++i) {
     Completion done = results[i].get();
     ASSERT_TRUE(done.first.ok()) << done.first.status();
@@ -313,7 +326,7 @@ TEST(ModelSchedulerTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
   loop.Run([&] {
     CompletionHome::Suspend blocking;
     EXPECT_EQ(CompletionHome::Current(), nullptr);
-    suspended = SubmitNoting(**scheduler, 7);
+    suspended = SubmitNoting(*scheduler, 7);
   });
   Completion done = suspended.get();
   ASSERT_TRUE(done.first.ok());
@@ -322,20 +335,12 @@ TEST(ModelSchedulerTest, RequestsCompleteOnTheirHomeThreadABatchAtATime) {
   loop.Run([] { CompletionHome::Uninstall(); });
 }
 
-TEST(ModelSchedulerTest, AHomeThatGoesCompletesWhatItWasGivenAndNothingAfter) {
-  Recorder recorder;
-  InferenceStats stats;
-  SchedulerOptions options;
-  options.policy = {/*max_batch_size=*/8, microseconds(0)};
-  auto scheduler =
-      ModelScheduler::Start(options, Runners(&recorder, 1), SystemClock::Get(), &stats);
-  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  TaskThread loop;
+TEST_F(CompletionHomeTest, AHomeThatGoesCompletesWhatItWasGivenAndNothingAfter) {
   std::promise<void> delivered;
   // This home's thread never drains on its own: what was delivered waits for Uninstall.
   loop.Run([&] { CompletionHome::Install([&] { delivered.set_value(); }); });
   std::future<Completion> given;
-  loop.Run([&] { given = SubmitNoting(**scheduler, 1); });
+  loop.Run([&] { given = SubmitNoting(*scheduler, 1); });
   ASSERT_EQ(delivered.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready)
       << "the request was not delivered to its home";
   EXPECT_EQ(given.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
@@ -345,18 +350,11 @@ TEST(ModelSchedulerTest, AHomeThatGoesCompletesWhatItWasGivenAndNothingAfter) {
 
   // A request submitted before the home went, and run after: its instance thread completes it.
   loop.Run([&] { CompletionHome::Install([] {}); });
-  {
-    std::lock_guard<std::mutex> lock(recorder.mu);
-    recorder.gate_open = false;
-  }
+  SetGate(recorder, /*open=*/false);
   std::future<Completion> late;
-  loop.Run([&] { late = SubmitNoting(**scheduler, 2); });
+  loop.Run([&] { late = SubmitNoting(*scheduler, 2); });
   loop.Run([] { CompletionHome::Uninstall(); });
-  {
-    std::lock_guard<std::mutex> lock(recorder.mu);
-    recorder.gate_open = true;
-  }
-  recorder.changed.notify_all();
+  SetGate(recorder, /*open=*/true);
   Completion done = late.get();
   ASSERT_TRUE(done.first.ok());
   EXPECT_EQ(FirstFloat(done.first->at(0)), 2.0f);
