@@ -33,7 +33,7 @@ struct HttpReply {
 // Called exactly once per request, on any thread, with what makes its reply; the front end
 // runs it on its own thread, so that encoding a response never holds up a model's instance
 // thread. (An inference's reply usually comes on the front end's thread already: its event
-// loops are the CompletionHome of the requests they submit, model_scheduler.h.)
+// loops are the CompletionHome of the requests they submit, completion_home.h.)
 using HttpReplyFn = std::function<void(std::function<HttpReply()> make_reply)>;
 
 // The KServe v2 REST endpoints and Triton's repository extension (docs/serving.md), apart

@@ -34,6 +34,7 @@
 #include "serve/frontends/inference_http_routes.h"
 #include "serve/frontends/json_codec.h"
 #include "serve/frontends/simple_http_request.h"
+#include "serve/scheduling/completion_home.h"
 #include "serve/scheduling/model_scheduler.h"
 #include "serve/scheduling/worker_pool.h"
 
@@ -515,7 +516,7 @@ absl::StatusOr<std::unique_ptr<InferenceHttpServer>> InferenceHttpServer::Start(
       // posted flush wakes them after the round, so they can run as one batch.
       DeferredWakes::Install([loop] { asio::post(*loop, [] { DeferredWakes::Flush(); }); });
       // The replies of the requests this loop submits come back to it, a batch's at a time,
-      // and are written from its thread (model_scheduler.h, CompletionHome).
+      // and are written from its thread (completion_home.h).
       CompletionHome::Install(
           [loop] { asio::post(*loop, [] { CompletionHome::DrainThisThread(); }); });
       loop->run();

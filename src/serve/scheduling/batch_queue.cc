@@ -132,4 +132,8 @@ absl::StatusOr<std::vector<Tensor>> TakeOutputs(PendingInference& request) {
   return SliceRows(*result->outputs, result->total_rows, request.first_row, request.rows);
 }
 
+void Finish(std::unique_ptr<PendingInference> request) {
+  request->done(TakeOutputs(*request));
+}
+
 }  // namespace shoal::serve

@@ -34,7 +34,7 @@ struct PendingInference {
   int64_t rows = 1;            // its batch dimension (inputs' dim 0) when batching
   Clock::TimePoint enqueued{};
   InferenceDone done;
-  // The thread `done` runs on once the request has run (model_scheduler.h); null: the
+  // The thread `done` runs on once the request has run (completion_home.h); null: the
   // instance thread that ran it.
   std::shared_ptr<CompletionHome> home;
   // Set when the request has run: its batch's outputs, and where its rows start in them.
@@ -103,5 +103,9 @@ absl::StatusOr<std::vector<Tensor>> SliceRows(const std::vector<Tensor>& outputs
 // The outputs `request` (which has run) answers with: its rows of its batch's, or the batch's
 // error. Moves them out when the request holds the batch's outputs alone.
 absl::StatusOr<std::vector<Tensor>> TakeOutputs(PendingInference& request);
+
+// Runs the `done` of a request that has run with its outputs (TakeOutputs), then frees it, on
+// the calling thread.
+void Finish(std::unique_ptr<PendingInference> request);
 
 }  // namespace shoal::serve

@@ -53,11 +53,8 @@ void CompletionHome::Drain() {
     absl::MutexLock lock(&mu_);
     draining_.swap(delivered_);
   }
-  for (auto& request : draining_) {
-    PendingInference& finished = *request;
-    finished.done(TakeOutputs(finished));
-    request.reset();  // what the request holds goes before the next one runs
-  }
+  // Each request, and what it holds, goes before the next one runs.
+  for (auto& request : draining_) Finish(std::move(request));
   draining_.clear();
 }
 

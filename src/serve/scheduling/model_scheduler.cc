@@ -16,7 +16,6 @@ thread_local std::unique_ptr<ThreadDeferral> this_thread_deferral;
 
 }  // namespace
 
-
 void DeferredWakes::Install(std::function<void()> schedule_flush) {
   this_thread_deferral = std::make_unique<ThreadDeferral>();
   this_thread_deferral->schedule_flush = std::move(schedule_flush);
@@ -240,18 +239,11 @@ void ModelScheduler::Complete(std::vector<std::unique_ptr<PendingInference>> bat
       }
       if (home->Deliver(same_home)) continue;
       // The home has closed: complete them here.
-      for (auto& request : same_home) request->home.reset();
-      for (auto& request : same_home) {
-        PendingInference& finished = *request;
-        finished.done(TakeOutputs(finished));
-        request.reset();
-      }
+      for (auto& request : same_home) Finish(std::move(request));
       same_home.clear();
       continue;
     }
-    PendingInference& finished = *batch[i];
-    finished.done(TakeOutputs(finished));
-    batch[i].reset();
+    Finish(std::move(batch[i]));
   }
 }
 
