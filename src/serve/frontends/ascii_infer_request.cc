@@ -36,6 +36,13 @@ inline uint64_t EightDigitsValue(uint64_t digits) {
          32;
 }
 
+// Bit 7 of each byte of `digits` (eight bytes, each XORed with '0') that was not a digit:
+// 0x76 carries a byte of 10..0x7F into bit 7, and the masked add cannot carry into the next
+// byte.
+inline uint64_t NotDigits(uint64_t digits) {
+  return (((digits & 0x7F7F7F7F7F7F7F7F) + 0x7676767676767676) | digits) & 0x8080808080808080;
+}
+
 // Appends the run of ASCII digits at `p` to `value` (value * 10^n + the run's n digits; it
 // wraps past 19 digits, which the caller counts) and returns where the run ends. Eight bytes
 // at a time while eight are left before `end`: a number's digits cost a few instructions
@@ -45,10 +52,7 @@ inline const char* TakeDigits(const char* p, const char* end, uint64_t& value) {
     uint64_t word;
     std::memcpy(&word, p, sizeof(word));
     uint64_t digits = word ^ 0x3030303030303030;  // a digit's byte is now 0 to 9
-    // Bit 7 of each byte that is not a digit: 0x76 carries a byte of 10..0x7F into bit 7, and
-    // the masked add cannot carry into the next byte.
-    uint64_t other = (((digits & 0x7F7F7F7F7F7F7F7F) + 0x7676767676767676) | digits) &
-                     0x8080808080808080;
+    uint64_t other = NotDigits(digits);
     if (other == 0) {
       value = value * 100000000 + EightDigitsValue(digits);
       p += 8;
@@ -266,6 +270,88 @@ class AsciiReader {
     return true;
   }
 
+  // The values of a flat list of reals from here on, as ReadReal reads them, while each is
+  // written plainly ([-]digits[.digits], at most seven digits before the point, 19 in all) and
+  // followed at once by a comma; stores them from out[count] on (room for `capacity`) and
+  // stops before the first value it does not take, which ReadReal then reads. Only where 40
+  // bytes are left: a value it takes, with its comma and one blank, spans at most 23 bytes,
+  // so nothing here checks where the body ends but the run of a long fraction's digits and
+  // the blanks after a comma. Most requests spend their decoding here.
+  template <typename Real>
+  void TakePlainReals(std::byte* out, size_t capacity, size_t& count) {
+    // Locals: the stores through `out` may alias any member or reference, which would then
+    // be read again after each value.
+    const char* p = at_;
+    const char* const end = end_;
+    size_t taken = count;
+    while (end - p >= 40 && taken < capacity) {
+      // Branches, not arithmetic on what was read: a predicted branch lets the next value's
+      // reading start before this one's bytes are known, where `p + (c == '-')` would chain
+      // every value's loads to the one before it.
+      const char* first = p;
+      bool negative = false;
+      if (*first == '-') [[unlikely]] {
+        negative = true;
+        ++first;
+      }
+      int integer_digits = 1;
+      uint64_t value = 0;
+      // "0." starts most values of a normalised input: its integer part needs no reading.
+      if (first[0] != '0' || first[1] != '.') {
+        uint64_t word;
+        std::memcpy(&word, first, sizeof(word));
+        const uint64_t digits = word ^ 0x3030303030303030;
+        integer_digits = std::countr_zero(NotDigits(digits)) >> 3;  // 8: all eight are
+        // Eight digits or more, none, or a leading zero (JSON's error, ReadReal's to report).
+        if (integer_digits == 0 || integer_digits == 8 || (integer_digits > 1 && *first == '0')) {
+          break;
+        }
+        value = EightDigitsValue(digits << (8 * (8 - integer_digits)));
+      }
+      const char* q = first + integer_digits;
+      double real;
+      if (*q == '.') {
+        const char* const fraction = q + 1;
+        // The fraction's first eight bytes, as TakeDigits reads them but with no check of
+        // the body's end (40 bytes are left).
+        uint64_t word;
+        std::memcpy(&word, fraction, sizeof(word));
+        const uint64_t digits = word ^ 0x3030303030303030;
+        const uint64_t other = NotDigits(digits);
+        int fraction_digits;
+        if (other != 0) [[likely]] {
+          fraction_digits = std::countr_zero(other) >> 3;
+          if (fraction_digits == 0) break;
+          value = value * kPowersOfTenInt[fraction_digits] +
+                  EightDigitsValue(digits << (8 * (8 - fraction_digits)));
+          q = fraction + fraction_digits;
+        } else {
+          value = value * 100000000 + EightDigitsValue(digits);
+          q = TakeDigits(fraction + 8, end, value);
+          fraction_digits = static_cast<int>(q - fraction);
+        }
+        if (integer_digits + fraction_digits > 19 || value > (uint64_t{1} << 53)) break;
+        // Clinger's fast path, as in ReadReal.
+        real = static_cast<double>(value) / kPowersOfTen[fraction_digits];
+        real = negative ? -real : real;
+      } else {
+        // As simdjson's int64 converts: "-0" is +0.0.
+        real = static_cast<double>(value);
+        real = negative && value != 0 ? -real : real;
+      }
+      // An exponent, a blank before the comma or the list's end: ReadReal's to read.
+      if (*q != ',') break;
+      Store(out + taken * sizeof(Real), static_cast<Real>(real));
+      ++taken;
+      ++q;
+      if (*q == ' ') [[likely]] ++q;  // ", ", as most writers separate values
+      while (q != end && static_cast<unsigned char>(*q) <= ' ' && IsBlank(*q)) ++q;
+      p = q;
+    }
+    at_ = p;
+    count = taken;
+  }
+
   bool Literal(std::string_view word) {
     SkipSpace();
     if (static_cast<size_t>(end_ - at_) < word.size() ||
@@ -306,12 +392,12 @@ class AsciiReader {
   }
 
   static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+  static bool IsBlank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
   void SkipSpace() {
     const char* p = at_;
     // JSON's four blanks all sort below '!', and most bytes this looks at are not blanks: one
     // comparison turns those away (this loop was the body's single most costly line).
-    while (p != end_ && static_cast<unsigned char>(*p) <= ' ' &&
-           (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) {
+    while (p != end_ && static_cast<unsigned char>(*p) <= ' ' && IsBlank(*p)) {
       ++p;
     }
     at_ = p;
@@ -379,11 +465,12 @@ bool StoreAscii(AsciiReader& reader, DataType type, std::byte* out) {
 }
 
 // The values of a flat list of floats or doubles into `out` (room for `capacity`), as
-// StoreAscii stores them, up to the closing bracket; false as StoreAscii. Most requests spend
-// their decoding here, so the datatype is decided once, not per value.
+// StoreAscii stores them, up to the closing bracket; false as StoreAscii. The datatype is
+// decided once, not per value, and most values are taken by TakePlainReals.
 template <typename Real>
 bool ReadRealList(AsciiReader& reader, std::byte* out, size_t capacity, size_t& count) {
   do {
+    reader.TakePlainReals<Real>(out, capacity, count);
     double real;
     if (count >= capacity || !reader.ReadReal(&real)) return false;
     if constexpr (std::is_same_v<Real, float>) {

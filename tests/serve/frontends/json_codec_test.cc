@@ -782,9 +782,11 @@ TEST(JsonCodecTest, TheOnePassDecoderReadsNumbersAsTheGeneralDecoderDoes) {
 }
 
 // The one-pass reader takes a number's digits eight bytes at a time while eight are left in
-// the body, and one at a time after that: runs of every length from 1 to 24 digits, before and
-// after a point, ending at every distance from the body's end and followed by every character
-// that can end (or wrongly continue) a number, must read as the general decoder reads them.
+// the body, and one at a time after that, and most values of a list of reals by a shortcut
+// while 40 bytes are left: runs of every length from 1 to 24 digits, before and after a
+// point, ending at every distance from the body's end or far from it and followed by every
+// character that can end (or wrongly continue) a number, must read as the general decoder
+// reads them.
 TEST(JsonCodecTest, TheOnePassReaderReadsRunsOfDigitsOfEveryLengthAnywhere) {
   std::mt19937_64 rng(8);
   auto digits = [&](int n) {
@@ -806,16 +808,73 @@ TEST(JsonCodecTest, TheOnePassReaderReadsRunsOfDigitsOfEveryLengthAnywhere) {
             std::string body = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [2], "datatype": ")",
                                             type, R"(", "data": [1, )", sign, number, ender,
                                             "]}]}");
-            ++checked;
+            // First, with a comma and 40 bytes after it.
+            std::string far = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [21], )",
+                                           R"("datatype": ")", type, R"(", "data": [)", sign,
+                                           number, ender,
+                                           ", 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, ",
+                                           "8, 9, 0]}]}");
+            checked += 2;
             if (CommonPathAgrees(body)) ++taken;
+            if (CommonPathAgrees(far)) ++taken;
           }
         }
       }
     }
     if (::testing::Test::HasFailure()) break;
   }
+  // Zeros of both signs, leading zeros (JSON's error) and other edges of the shortcut, far
+  // from the body's end.
+  for (const char* edge : {"0", "-0", "0.0", "-0.0", "01", "-01", "00.5", "-00", "-", "-.5",
+                           ".5", "1.", "+1", "9999999", "-9999999.999999999999", "99999999",
+                           "1234567.1234567890123", "0.00000000000000000001", "1,,",
+                           // 20 digits that wrap past 2^64 to 5, and 23 after the point.
+                           "1844674.4073709551621", "0.00000000000000000000001"}) {
+    for (const char* type : {"FP32", "FP64"}) {
+      std::string far = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [21], "datatype": ")",
+                                     type, R"(", "data": [)", edge,
+                                     ", 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, ",
+                                     "8, 9, 0]}]}");
+      ++checked;
+      if (CommonPathAgrees(far)) ++taken;
+    }
+  }
   // The plain ones are taken in one pass (the rest is the general decoder's, and agrees).
   EXPECT_GT(taken, checked / 10);
+}
+
+// A float is read as the general decoder reads it: the nearest double, rounded to a float.
+// Where that double is a midpoint between two floats, or a unit in the last place from one, a
+// reader that reaches the float any other way (a product with 10^-k, a float division)
+// rounds differently: values at such midpoints, written with up to 19 digits, and near them
+// must read as the general decoder reads them.
+TEST(JsonCodecTest, FloatsAtAMidpointBetweenTwoFloatsReadAsTheGeneralDecoderReadsThem) {
+  std::mt19937_64 rng(2024);
+  auto midpoint = [&]() -> std::string {
+    // A float of [2^e, 2^(e+1)) and the next are 2^(e-23) apart: their midpoint is an odd
+    // multiple of 2^(e-24).
+    const int e = static_cast<int>(rng() % 34) - 10;
+    const uint64_t odd = (uint64_t{1} << 24) + 2 * (rng() % (uint64_t{1} << 23)) + 1;
+    const double exact = std::ldexp(static_cast<double>(odd), e - 24);
+    // Written exactly where that takes few digits, else with 15 to 17 significant digits,
+    // which land on the midpoint or a few units in the last place from it.
+    char text[64];
+    const int significant = 15 + static_cast<int>(rng() % 3);
+    const int integer = exact >= 1 ? static_cast<int>(std::floor(std::log10(exact))) + 1 : 1;
+    const int places = std::max(1, std::min(18, significant - integer));
+    std::snprintf(text, sizeof(text), "%.*f", places, exact);
+    return text;
+  };
+  int taken = 0;
+  for (int round = 0; round < 500; ++round) {
+    std::string data;
+    for (int i = 0; i < 16; ++i) absl::StrAppend(&data, i ? ", " : "", midpoint());
+    std::string body = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [16], )",
+                                    R"("datatype": "FP32", "data": [)", data, "]}]}");
+    if (CommonPathAgrees(body)) ++taken;
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(taken, 400);
 }
 
 // Random requests, shaped by a fixed seed, each with its keys in a random order and sometimes
