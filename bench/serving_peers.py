@@ -11,9 +11,10 @@ Per model, each server is started alone (pinned to --server-cpus, the load gener
 answers differ is refused, not measured), then closed loops of serve_load at growing
 concurrency find the highest throughput whose p99 stays within --p99-limit-ms without errors;
 each run's CPU per request is read from /proc over the server's whole process tree. `shoal_aa`
-is shoal again, last: the A/A pair that says how far this run can resolve a ratio. Then the
-bare libtorch loop (serve_libtorch_loop) at the batch size shoal ran at, and serve_floor (a
-server that only answers) give the CPU a request cannot go below. One JSON object on stdout
+is shoal again, last: the A/A pair that says how far this run can resolve a ratio. serve_floor
+(a server that only answers) runs right after each of shoal's two runs, and the bare libtorch
+loop (serve_libtorch_loop) at the batch size shoal ran at after all of them: together they give
+the CPU a request cannot go below. One JSON object on stdout
 (docs/benchmarks/serving.md, "Peers", describes it); progress on stderr.
 
 The peers run from the virtual environments `./setup.sh --serving-peers` makes
@@ -574,9 +575,28 @@ def bare_loop(model, batch, args, repos, tmp):
             "cpu_us_per_row": round(1e6 / fig["inferences_per_s"] * share, 4)}
 
 
-def anchors(model, shoal_fig, reply, args, repos, tmp):
+def measure_floor(model, reply, args, tmp):
+    """serve_floor's figures for `model`, answering with shoal's `reply` (or {"error"})."""
+    if args.floor_tool is None:
+        return {"error": args.floor_error}
+    if reply is None:
+        return {"error": "shoal did not answer, so there is no reply to send"}
+    floor_args = argparse.Namespace(
+        duration=args.duration, warmup=args.warmup, drain=args.drain,
+        floor_concurrency=args.floor_concurrency, open_fraction=args.open_fraction,
+        open_connections=args.floor_concurrency,
+        server_cpu=min(args.server_cpus) if args.server_cpus else None,
+        load_cpu=args.load_cpu)
+    body_file = tmp / f"floor-{model}.body"
+    body_file.write_bytes(body(model, "v2", row(model, 0)))
+    return sb.measure_floor(args.floor_tool, model, body_file, reply, args.serve_load,
+                            floor_args, tmp)
+
+
+def anchors(model, shoal_fig, reply, args, repos, tmp, floors):
     """The bare loop's CPU per row at batch 1 and at shoal's mean batch size, and serve_floor's
-    CPU per request."""
+    CPU per request: `floors` holds the floor run right after shoal ("floor") and right after
+    shoal_aa ("floor_aa"); one not run yet is run now."""
     out = {}
     batch = max(1, round((shoal_fig or {}).get("mean_batch_size") or 1))
     out["batch_size"] = batch
@@ -590,25 +610,26 @@ def anchors(model, shoal_fig, reply, args, repos, tmp):
         errors = [f["error"] for f in loop.values() if "error" in f]
         out["libtorch_loop"] = {"error": errors[0]} if errors else loop
         c.log(f"  libtorch loop {model}: {out['libtorch_loop']}")
-    if args.floor_tool is None:
-        out["floor"] = {"error": args.floor_error}
-    elif reply is None:
-        out["floor"] = {"error": "shoal did not answer, so there is no reply to send"}
-    else:
-        floor_args = argparse.Namespace(
-            duration=args.duration, warmup=args.warmup, drain=args.drain,
-            floor_concurrency=args.floor_concurrency, open_fraction=args.open_fraction,
-            open_connections=args.floor_concurrency,
-            server_cpu=min(args.server_cpus) if args.server_cpus else None,
-            load_cpu=args.load_cpu)
-        body_file = tmp / f"floor-{model}.body"
-        body_file.write_bytes(body(model, "v2", row(model, 0)))
-        # Twice: the floor moved by ~10 % between runs on this machine, as much as the gap a
-        # tiny model's CPU target leaves, so its own A/A pair says how far it can be trusted.
-        for key in ("floor", "floor_aa"):
-            out[key] = sb.measure_floor(args.floor_tool, model, body_file, reply,
-                                        args.serve_load, floor_args, tmp)
+    # Twice: the floor moved by ~10 % between runs on this machine, as much as the gap a tiny
+    # model's CPU target leaves, so its own A/A pair says how far it can be trusted.
+    for key in ("floor", "floor_aa"):
+        out[key] = floors.get(key) or measure_floor(model, reply, args, tmp)
     return out
+
+
+def paired_cpu_over_floor(best, anchor):
+    """(the mean of shoal/floor and shoal_aa/floor_aa, each floor run right after its shoal
+    run; the pair's |r/r' - 1|), or (None, None) where either run lacks its figure. The floor
+    drifted by up to 30 % within an hour on this machine, so a ratio of runs minutes apart
+    says more about the drift than about shoal."""
+    ratios = []
+    for server, key in (("shoal", "floor"), ("shoal_aa", "floor_aa")):
+        cpu = (best.get(server) or {}).get("cpu_us_per_request")
+        floor = (((anchor or {}).get(key) or {}).get("closed") or {}).get("cpu_us_per_request")
+        if not cpu or not floor:
+            return None, None
+        ratios.append(cpu / floor)
+    return round(sum(ratios) / 2, 4), round(abs(ratios[0] / ratios[1] - 1.0), 4)
 
 
 def floor_figures(anchor):
@@ -712,11 +733,13 @@ def derive(model, best, anchor):
         r = ratios["cpu_per_request_over_shoal"].get("fastapi")
         targets["tiny_5x_less_cpu_than_fastapi"] = verdict(r, TINY_FASTAPI_CPU_OVER_SHOAL, True,
                                                            res["cpu_per_request"])
-        r = c.ratio(cpu("shoal"), floor_cpu) if floor_cpu else None
+        r, both = paired_cpu_over_floor(best, anchor)
+        if r is None:
+            r = c.ratio(cpu("shoal"), floor_cpu) if floor_cpu else None
+            # A ratio of two noisy figures: resolved only past both pairs' spreads.
+            both = (None if res["cpu_per_request"] is None or floor_res is None
+                    else round((1 + res["cpu_per_request"]) * (1 + floor_res) - 1, 4))
         ratios["cpu_shoal_over_floor"] = r
-        # A ratio of two noisy figures: resolved only past both pairs' spreads.
-        both = (None if res["cpu_per_request"] is None or floor_res is None
-                else round((1 + res["cpu_per_request"]) * (1 + floor_res) - 1, 4))
         ratios["cpu_over_floor_resolution"] = both
         targets["tiny_cpu_within_1_5x_floor"] = verdict(r, TINY_CPU_OVER_FLOOR, False, both)
     return ratios, targets
@@ -875,7 +898,7 @@ def main(argv=None):
         for m in args.models:
             entry = result["models"].setdefault(m, {"servers": {}})
             rows = [row(m, seed) for seed in range(args.check_rows)]
-            expected, reply = None, None
+            expected, reply, floors = None, None, {}
             for name in args.servers:
                 if name != "shoal" and expected is None:
                     entry["servers"][name] = {"error": "shoal gave no reference answers"}
@@ -886,9 +909,15 @@ def main(argv=None):
                     expected = fig.pop("answers")
                     reply = fig.pop("reply")
                 entry["servers"][name] = fig
+                # The floor right after each of shoal's runs, so that the CPU target compares
+                # runs a minute apart, not a quarter of an hour.
+                if name in ("shoal", "shoal_aa") and "error" not in fig:
+                    key = "floor" if name == "shoal" else "floor_aa"
+                    c.log(f"serving_peers: {m}: serve_floor after {name}")
+                    floors[key] = measure_floor(m, reply, args, tmp)
             best = {n: s.get("best") for n, s in entry["servers"].items() if "error" not in s}
             c.log(f"serving_peers: {m}: the anchors")
-            anchor = anchors(m, best.get("shoal"), reply, args, repos, tmp)
+            anchor = anchors(m, best.get("shoal"), reply, args, repos, tmp, floors)
             entry["anchors"] = anchor
             entry["ratios"], entry["targets"] = derive(m, best, anchor)
             c.log(f"serving_peers: {m}: {entry['targets']}")

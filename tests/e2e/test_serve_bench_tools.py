@@ -685,28 +685,43 @@ def test_peers_tiny_20x_target_is_over_the_python_v2_servers_and_fastapi_has_its
     assert targets["tiny_at_least_20x_every_python_v2"] == "not met"
 
 
-def test_peers_tiny_cpu_target_is_resolved_only_past_both_aa_pairs():
-    """shoal's CPU per request over serve_floor's: two noisy figures, each with its A/A pair.
-    The floor is the mean of its pair, and the verdict is left open while the ratio is within
-    both pairs' spreads of the target."""
+def test_peers_tiny_cpu_target_pairs_each_shoal_run_with_the_floor_run_right_after_it():
+    """shoal's CPU per request over serve_floor's: two noisy figures that drift apart over the
+    quarter of an hour the peers take. Each of shoal's two runs is read against the floor run
+    right after it, the target reads the mean of the two ratios, and its verdict is left open
+    while that mean is within the pair's spread of the target."""
     peers = _peers_module()
-    best = {"shoal": _fig(100000, 7.0), "shoal_aa": _fig(100000, 7.07)}  # 1 % apart
+    best = {"shoal": _fig(100000, 7.0), "shoal_aa": _fig(100000, 7.07)}
     anchor = {"batch_size": 64, "server_cpus": 1, "libtorch_loop": {},
               "floor": {"closed": {"cpu_us_per_request": 4.5}},
-              "floor_aa": {"closed": {"cpu_us_per_request": 5.0}}}  # 10 % apart
+              "floor_aa": {"closed": {"cpu_us_per_request": 5.0}}}
     ratios, targets = peers.derive("identity", best, anchor)
     assert ratios["floor_aa_resolution"] == 0.1
-    assert ratios["cpu_shoal_over_floor"] == pytest.approx(7.0 / 4.75, abs=1e-3)  # 1.47
-    assert ratios["cpu_over_floor_resolution"] == pytest.approx(0.111, abs=1e-3)
+    # 7.0 / 4.5 = 1.556 and 7.07 / 5.0 = 1.414: 1.485, and the pair 10 % apart.
+    assert ratios["cpu_shoal_over_floor"] == pytest.approx((7.0 / 4.5 + 7.07 / 5.0) / 2,
+                                                           abs=1e-3)
+    assert ratios["cpu_over_floor_resolution"] == pytest.approx(0.1, abs=1e-3)
     assert targets["tiny_cpu_within_1_5x_floor"] == "not resolvable"
-    # A steadier floor resolves the same shoal figure: 7.0 / 4.525 = 1.547, past 1.5 by 3 %.
+    # Pairs that agree resolve it: 7.0 / 4.5 and 7.07 / 4.55, 1.55 and 1.1 % apart.
     anchor["floor_aa"] = {"closed": {"cpu_us_per_request": 4.55}}
     ratios, targets = peers.derive("identity", best, anchor)
     assert targets["tiny_cpu_within_1_5x_floor"] == "not met"
     best = {"shoal": _fig(100000, 6.0), "shoal_aa": _fig(100000, 6.0)}
     _, targets = peers.derive("identity", best, anchor)
     assert targets["tiny_cpu_within_1_5x_floor"] == "met"
-    # One floor run: no spread to go by, so nothing is claimed.
+    # A mean of ratios, not a ratio of means: shoal 12 over 8 and 10 over 6 is 1.583 where
+    # 11 over 7 would read 1.571.
+    best = {"shoal": _fig(100000, 12.0), "shoal_aa": _fig(100000, 10.0)}
+    anchor.update(floor={"closed": {"cpu_us_per_request": 8.0}},
+                  floor_aa={"closed": {"cpu_us_per_request": 6.0}})
+    assert peers.paired_cpu_over_floor(best, anchor) == (1.5833, 0.1)
+    # Without shoal_aa: shoal over the mean of the floors, resolved only past both A/A
+    # pairs' spreads, and with one floor run there is no spread to go by.
+    del best["shoal_aa"]
+    assert peers.paired_cpu_over_floor(best, anchor) == (None, None)
+    ratios, targets = peers.derive("identity", best, anchor)
+    assert ratios["cpu_shoal_over_floor"] == pytest.approx(12.0 / 7.0, abs=1e-3)
+    assert targets["tiny_cpu_within_1_5x_floor"] == "not resolvable"
     del anchor["floor_aa"]
     ratios, targets = peers.derive("identity", best, anchor)
     assert ratios["floor_aa_resolution"] is None
