@@ -649,9 +649,9 @@ def floor_figures(anchor):
 
 def verdict(value, threshold, at_least, resolution, ceiling=None):
     """"met", "not met", "not resolvable" (value within the A/A resolution of the threshold),
-    "beyond the bare loop" (a ratio of throughputs that even the bare libtorch loop, with no
-    server at all, stays under on this machine: `ceiling`, the loop's ratio, is below the
-    threshold, so no server can meet it here) or "not measured"."""
+    "beyond the bare loop" (a ratio of throughputs that even the bare libtorch loop, paying
+    for each request only what serve_floor pays, stays under on this machine: `ceiling`, that
+    loop's ratio, is below the threshold, so no server can meet it here) or "not measured"."""
     if value is None:
         return "not measured"
     if at_least and ceiling is not None and ceiling < threshold and value < threshold:
@@ -703,11 +703,17 @@ def derive(model, best, anchor):
     loop_fig = loop.get(str(anchor.get("batch_size"))) if isinstance(loop, dict) else None
     loop_cpu = (loop_fig or {}).get("cpu_us_per_row")
     if model == "lstm":
-        # What the bare loop would do on the server's core at shoal's batch size, over each
-        # peer: the most any server running this model here could reach.
-        loop_rps = (1e6 / loop_cpu * (anchor.get("server_cpus") or 1)) if loop_cpu else None
-        ceiling = {p: c.ratio(loop_rps, tput(p)) for p in PEERS if tput(p) and loop_rps}
-        ratios["bare_loop_over"] = ceiling
+        # What the bare loop would do on the server's cores at shoal's batch size, over each
+        # peer; and the same loop paying serve_floor's CPU for each request, which any HTTP
+        # server pays: the most any server running this model here could reach.
+        cpus = anchor.get("server_cpus") or 1
+        loop_rps = (1e6 / loop_cpu * cpus) if loop_cpu else None
+        ratios["bare_loop_over"] = {p: c.ratio(loop_rps, tput(p))
+                                    for p in PEERS if tput(p) and loop_rps}
+        server_rps = (1e6 / (loop_cpu + floor_cpu) * cpus) if loop_cpu and floor_cpu else None
+        ratios["loop_plus_floor_over"] = {p: c.ratio(server_rps, tput(p))
+                                          for p in PEERS if tput(p) and server_rps}
+        ceiling = ratios["loop_plus_floor_over"] if server_rps else ratios["bare_loop_over"]
         best_peer = max((p for p in PEERS if tput(p)), key=tput, default=None)
         ratios["lstm_over_best_peer"] = ahead
         targets["lstm_at_least_2_5x_best_peer"] = verdict(ahead, LSTM_OVER_BEST_PEER, True,

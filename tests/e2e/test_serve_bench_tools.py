@@ -648,24 +648,37 @@ def _fig(rps, cpu_us):
 
 
 def test_peers_lstm_targets_past_the_bare_loop_say_so():
-    """The LSTM's ratios to the peers are bounded by the bare loop's own: with the loop at 100 us
-    per row (10,000 rows/s on the server's core), 2.5x a 5,000 req/s peer is out of reach of any
-    server, and said to be; 10x a 900 req/s app is not, and shoal's 8.5x misses it."""
+    """The LSTM's ratios to the peers are bounded by the bare loop's own, paying for each
+    request what serve_floor pays: with the loop at 100 us per row and the floor at 5 us, one
+    core answers at most 9,524 requests/s. 2.5x a 5,000 req/s peer is out of reach of any
+    server, and said to be; 10x a 900 req/s app is not (10.6x), and shoal's 9.4x misses it."""
     peers = _peers_module()
     best = {"shoal": _fig(8500, 117), "shoal_aa": _fig(8520, 117), "torchserve": _fig(5000, 200),
-            "fastapi": _fig(1000, 1000)}
+            "fastapi": _fig(900, 1000)}
     anchor = {"batch_size": 107, "server_cpus": 1,
               "libtorch_loop": {"107": {"cpu_us_per_row": 100.0}},
               "floor": {"closed": {"cpu_us_per_request": 5.0}}}
     ratios, targets = peers.derive("lstm", best, anchor)
-    assert ratios["bare_loop_over"] == {"torchserve": 2.0, "fastapi": 10.0}
+    assert ratios["bare_loop_over"] == {"torchserve": 2.0, "fastapi": 11.1111}
+    assert ratios["loop_plus_floor_over"] == {"torchserve": 1.9048, "fastapi": 10.582}
     assert targets["lstm_at_least_2_5x_best_peer"] == "beyond the bare loop"
     assert targets["lstm_at_least_10x_fastapi"] == "not met"
-    # On two server CPUs the loop's ceiling doubles: then the 2.5x is shoal's to miss.
+    # A dearer floor puts the 10x out of reach too (1e6 / 115 = 8,696 a second, 9.7x), though
+    # the loop alone would clear it.
+    anchor["floor"] = {"closed": {"cpu_us_per_request": 15.0}}
+    ratios, targets = peers.derive("lstm", best, anchor)
+    assert ratios["bare_loop_over"]["fastapi"] == 11.1111
+    assert targets["lstm_at_least_10x_fastapi"] == "beyond the bare loop"
+    # On two server CPUs the ceiling doubles: then the 2.5x is shoal's to miss.
     anchor["server_cpus"] = 2
     ratios, targets = peers.derive("lstm", best, anchor)
-    assert ratios["bare_loop_over"]["torchserve"] == 4.0
+    assert ratios["loop_plus_floor_over"]["torchserve"] == 3.4783
     assert targets["lstm_at_least_2_5x_best_peer"] == "not met"
+    # Without a floor figure the loop alone bounds it.
+    del anchor["floor"]
+    ratios, targets = peers.derive("lstm", best, dict(anchor, server_cpus=1))
+    assert ratios["loop_plus_floor_over"] == {}
+    assert targets["lstm_at_least_10x_fastapi"] == "not met"
 
 
 def test_peers_tiny_20x_target_is_over_the_python_v2_servers_and_fastapi_has_its_own():
