@@ -63,24 +63,37 @@ constexpr int kMallocMmapThresholdBytes = 256 << 10;
 // ModelInfer calls left the RSS at 712 MiB from 175 MiB, with under 1 MiB in use in each of 14
 // arenas holding 29 to 80 MiB; with the threshold pinned it comes back to 261 MiB. Pinning it
 // (mallopt turns the adjustment off) keeps every large block out of the arenas, at the cost of
-// an mmap and its page faults per large block. An explicit GLIBC_TUNABLES setting of the
-// threshold wins.
-void PinMallocMmapThreshold() {
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr) {
-    return;
-  }
-  mallopt(M_MMAP_THRESHOLD, kMallocMmapThresholdBytes);
-}
-
-// Free memory the arenas hold past this goes back to the system within trim_interval.
+// an mmap and its page faults per large block.
+//
+// Turning the adjustment off also leaves the trim threshold at glibc's 128 KiB: a free that
+// left more than that at the top of an instance thread's arena gave it back (madvise), and
+// the next batch faulted it in again. With an LSTM at batch 128 (its activations freed after
+// every batch), page faults and madvise took 4 % of the server's CPU, ~3 us a request; with
+// 4 MiB kept at each arena's top, none (1 MiB still left a quarter of them). ReturnFreedMemory
+// gives back what the arenas hold past kTrimWhenFreeBytes in all, every 2 s. An explicit
+// GLIBC_TUNABLES setting of either threshold wins.
+constexpr int kMallocTrimThresholdBytes = 4 << 20;
 constexpr size_t kTrimWhenFreeBytes = 32 << 20;
 
-// Blocks under the mmap threshold still come from the arenas of the threads that answered the
-// requests, and a burst of large requests leaves many of them free there (72 MiB after 24 calls
-// of 16 MiB while other servers shared the 2 CPUs). Trimming when that much is free returns it
-// after the load without a cost per request; mallinfo2 and malloc_trim walk the arenas, which
-// every 2 s is negligible.
+void PinMallocThresholds() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  auto tuned = [&](const char* name) {
+    return tunables != nullptr && std::strstr(tunables, name) != nullptr;
+  };
+  if (!tuned("glibc.malloc.mmap_threshold")) {
+    mallopt(M_MMAP_THRESHOLD, kMallocMmapThresholdBytes);
+  }
+  if (!tuned("glibc.malloc.trim_threshold")) {
+    mallopt(M_TRIM_THRESHOLD, kMallocTrimThresholdBytes);
+  }
+}
+
+// Free memory the arenas hold past kTrimWhenFreeBytes goes back to the system within
+// trim_interval. Blocks under the mmap threshold still come from the arenas of the threads
+// that answered the requests, and a burst of large requests leaves many of them free there
+// (72 MiB after 24 calls of 16 MiB while other servers shared the 2 CPUs). Trimming when that
+// much is free returns it after the load without a cost per request; mallinfo2 and
+// malloc_trim walk the arenas, which every 2 s is negligible.
 void ReturnFreedMemory() {
   struct mallinfo2 info = mallinfo2();
   if (info.fordblks >= kTrimWhenFreeBytes) malloc_trim(0);
@@ -124,7 +137,7 @@ int WaitForSignalUntil(const sigset_t& signals, Clock::time_point deadline) {
 }  // namespace
 
 int RunServer(const ServeOptions& options) {
-  PinMallocMmapThreshold();  // before any thread has an arena
+  PinMallocThresholds();  // before any thread has an arena
   // Before any thread starts (setenv) and before the TorchScript runtime loads OpenBLAS; said
   // once the server starts, so that a refused start prints only why.
   std::optional<std::string> blas_kernels = ChooseOpenBlasKernels();
