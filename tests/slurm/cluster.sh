@@ -297,13 +297,19 @@ hosts_without_block() {
   awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" '$0==b{skip=1;next} $0==e{skip=0;next} !skip' /etc/hosts
 }
 
-# /etc/hosts is often a bind mount in containers, so rewrite it in place instead of renaming.
+# /etc/hosts is often a bind mount in containers, so rewrite it in place instead of renaming;
+# and never empty it first, as `cat >` would: a test resolving localhost in that instant (the
+# YARN client, while the cluster went down beside it) found no such host. Overwritten from the
+# start, then cut to length, the file always begins with the lines before the block.
 write_hosts() {
   local tmp
   tmp=$(mktemp)
   hosts_without_block >"$tmp"
   if [ "${1:-}" = add ]; then hosts_block >>"$tmp"; fi
-  if ! cmp -s "$tmp" /etc/hosts; then cat "$tmp" >/etc/hosts; fi
+  if ! cmp -s "$tmp" /etc/hosts; then
+    dd if="$tmp" of=/etc/hosts conv=notrunc status=none
+    truncate -s "$(stat -c %s "$tmp")" /etc/hosts
+  fi
   rm -f "$tmp"
 }
 
