@@ -575,8 +575,9 @@ def bare_loop(model, batch, args, repos, tmp):
             "cpu_us_per_row": round(1e6 / fig["inferences_per_s"] * share, 4)}
 
 
-def measure_floor(model, reply, args, tmp):
-    """serve_floor's figures for `model`, answering with shoal's `reply` (or {"error"})."""
+def run_floor(model, reply, args, tmp):
+    """One serve_floor run for `model`, answering with shoal's `reply`: sb.measure_floor's
+    figures with this run's settings (or {"error"})."""
     if args.floor_tool is None:
         return {"error": args.floor_error}
     if reply is None:
@@ -613,7 +614,7 @@ def anchors(model, shoal_fig, reply, args, repos, tmp, floors):
     # Twice: the floor moved by ~10 % between runs on this machine, as much as the gap a tiny
     # model's CPU target leaves, so its own A/A pair says how far it can be trusted.
     for key in ("floor", "floor_aa"):
-        out[key] = floors.get(key) or measure_floor(model, reply, args, tmp)
+        out[key] = floors.get(key) or run_floor(model, reply, args, tmp)
     return out
 
 
@@ -920,7 +921,7 @@ def main(argv=None):
                 if name in ("shoal", "shoal_aa") and "error" not in fig:
                     key = "floor" if name == "shoal" else "floor_aa"
                     c.log(f"serving_peers: {m}: serve_floor after {name}")
-                    floors[key] = measure_floor(m, reply, args, tmp)
+                    floors[key] = run_floor(m, reply, args, tmp)
             best = {n: s.get("best") for n, s in entry["servers"].items() if "error" not in s}
             c.log(f"serving_peers: {m}: the anchors")
             anchor = anchors(m, best.get("shoal"), reply, args, repos, tmp, floors)

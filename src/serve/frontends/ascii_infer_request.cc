@@ -36,11 +36,26 @@ inline uint64_t EightDigitsValue(uint64_t digits) {
          32;
 }
 
-// Bit 7 of each byte of `digits` (eight bytes, each XORed with '0') that was not a digit:
-// 0x76 carries a byte of 10..0x7F into bit 7, and the masked add cannot carry into the next
-// byte.
-inline uint64_t NotDigits(uint64_t digits) {
-  return (((digits & 0x7F7F7F7F7F7F7F7F) + 0x7676767676767676) | digits) & 0x8080808080808080;
+// Appends the digits that start the eight bytes at `p` (all of which must be readable) to
+// `value`, as TakeDigits does, and returns how many there were: 8 when all eight are, and the
+// run may go on.
+inline int TakeDigitsOfWord(const char* p, uint64_t& value) {
+  uint64_t word;
+  std::memcpy(&word, p, sizeof(word));
+  const uint64_t digits = word ^ 0x3030303030303030;  // a digit's byte is now 0 to 9
+  // Bit 7 of each byte that is not a digit: 0x76 carries a byte of 10..0x7F into bit 7, and
+  // the masked add cannot carry into the next byte.
+  const uint64_t other =
+      (((digits & 0x7F7F7F7F7F7F7F7F) + 0x7676767676767676) | digits) & 0x8080808080808080;
+  if (other == 0) [[unlikely]] {
+    value = value * 100000000 + EightDigitsValue(digits);
+    return 8;
+  }
+  const int n = std::countr_zero(other) >> 3;
+  if (n == 0) [[unlikely]] return 0;
+  // The run to the top bytes; the bytes shifted in are leading zero digits.
+  value = value * kPowersOfTenInt[n] + EightDigitsValue(digits << (8 * (8 - n)));
+  return n;
 }
 
 // Appends the run of ASCII digits at `p` to `value` (value * 10^n + the run's n digits; it
@@ -49,20 +64,9 @@ inline uint64_t NotDigits(uint64_t digits) {
 // each, where a loop over bytes costs a dozen (a tensor's data is mostly digits).
 inline const char* TakeDigits(const char* p, const char* end, uint64_t& value) {
   while (end - p >= 8) {
-    uint64_t word;
-    std::memcpy(&word, p, sizeof(word));
-    uint64_t digits = word ^ 0x3030303030303030;  // a digit's byte is now 0 to 9
-    uint64_t other = NotDigits(digits);
-    if (other == 0) {
-      value = value * 100000000 + EightDigitsValue(digits);
-      p += 8;
-      continue;
-    }
-    int n = std::countr_zero(other) >> 3;
-    if (n == 0) return p;
-    // The run to the top bytes; the bytes shifted in are leading zero digits.
-    value = value * kPowersOfTenInt[n] + EightDigitsValue(digits << (8 * (8 - n)));
-    return p + n;
+    const int n = TakeDigitsOfWord(p, value);
+    p += n;
+    if (n < 8) return p;
   }
   for (; p != end && *p >= '0' && *p <= '9'; ++p) {
     value = value * 10 + static_cast<uint64_t>(*p - '0');
@@ -298,39 +302,25 @@ class AsciiReader {
       uint64_t value = 0;
       // "0." starts most values of a normalised input: its integer part needs no reading.
       if (first[0] != '0' || first[1] != '.') {
-        uint64_t word;
-        std::memcpy(&word, first, sizeof(word));
-        const uint64_t digits = word ^ 0x3030303030303030;
-        integer_digits = std::countr_zero(NotDigits(digits)) >> 3;  // 8: all eight are
+        integer_digits = TakeDigitsOfWord(first, value);
         // Eight digits or more, none, or a leading zero (JSON's error, ReadReal's to report).
         if (integer_digits == 0 || integer_digits == 8 || (integer_digits > 1 && *first == '0')) {
           break;
         }
-        value = EightDigitsValue(digits << (8 * (8 - integer_digits)));
       }
       const char* q = first + integer_digits;
       double real;
       if (*q == '.') {
         const char* const fraction = q + 1;
-        // The fraction's first eight bytes, as TakeDigits reads them but with no check of
-        // the body's end (40 bytes are left).
-        uint64_t word;
-        std::memcpy(&word, fraction, sizeof(word));
-        const uint64_t digits = word ^ 0x3030303030303030;
-        const uint64_t other = NotDigits(digits);
-        int fraction_digits;
-        if (other != 0) [[likely]] {
-          fraction_digits = std::countr_zero(other) >> 3;
-          if (fraction_digits == 0) break;
-          value = value * kPowersOfTenInt[fraction_digits] +
-                  EightDigitsValue(digits << (8 * (8 - fraction_digits)));
-          q = fraction + fraction_digits;
-        } else {
-          value = value * 100000000 + EightDigitsValue(digits);
-          q = TakeDigits(fraction + 8, end, value);
-          fraction_digits = static_cast<int>(q - fraction);
+        // The fraction's first eight bytes without a check of the body's end (40 bytes are
+        // left); TakeDigits reads on only for a longer fraction.
+        q = fraction + TakeDigitsOfWord(fraction, value);
+        if (q == fraction + 8) q = TakeDigits(q, end, value);
+        const auto fraction_digits = static_cast<int>(q - fraction);
+        if (fraction_digits == 0 || integer_digits + fraction_digits > 19 ||
+            value > (uint64_t{1} << 53)) {
+          break;
         }
-        if (integer_digits + fraction_digits > 19 || value > (uint64_t{1} << 53)) break;
         // Clinger's fast path, as in ReadReal.
         real = static_cast<double>(value) / kPowersOfTen[fraction_digits];
         real = negative ? -real : real;
