@@ -163,40 +163,74 @@ def ratio(a, b):
     return round(a / b, 4)
 
 
+def cpu_vendor_and_flags():
+    """(vendor_id, set of flags) of the first CPU in /proc/cpuinfo; ("", set()) without it."""
+    vendor, flags = "", set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id") and not vendor:
+                vendor = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            if vendor and flags:
+                break
+    return vendor, flags
+
+
+AVX512_FOR_KERNELS = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
 def shoal_openblas_coretype():
-    """The OPENBLAS_CORETYPE `shoal serve` sets on this CPU (src/serve/runtime/blas_kernels.h:
+    """The OPENBLAS_CORETYPE `shoal serve` sets on this CPU (src/serve/runtime/cpu_kernels.h:
     on Intel, SkylakeX with AVX-512 F/BW/VL/DQ, Haswell with AVX2 and FMA, Sandybridge with
     AVX), or None where it leaves the choice to OpenBLAS."""
-    with contextlib.suppress(OSError):
-        text = Path("/proc/cpuinfo").read_text()
-        if "GenuineIntel" not in text:
-            return None
-        flags = set()
-        for line in text.splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-        if {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma"} <= flags:
-            return "SkylakeX"
-        if {"avx2", "fma"} <= flags:
-            return "Haswell"
-        if "avx" in flags:
-            return "Sandybridge"
+    vendor, flags = cpu_vendor_and_flags()
+    if vendor != "GenuineIntel":
+        return None
+    if AVX512_FOR_KERNELS | {"avx2", "fma"} <= flags:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    if "avx" in flags:
+        return "Sandybridge"
     return None
+
+
+def shoal_aten_capability():
+    """The ATEN_CPU_CAPABILITY `shoal serve` sets on this CPU (cpu_kernels.h: avx512 on an AMD
+    CPU with AVX-512 F/BW/VL/DQ and FMA), or None where it keeps libtorch's default."""
+    vendor, flags = cpu_vendor_and_flags()
+    if vendor == "AuthenticAMD" and AVX512_FOR_KERNELS | {"avx2", "fma"} <= flags:
+        return "avx512"
+    return None
+
+
+def same_kernels(variable, choice, shoal_choice):
+    """Puts `choice` ("shoal": what `shoal serve` picks for itself, shoal_choice(); "": the
+    library's own choice, which shoal serve then overrides; else a value) in `variable` for
+    every process the benchmark starts; a value already in the environment wins. Returns what
+    is set, recorded with the figures."""
+    if os.environ.get(variable):
+        return os.environ[variable]
+    value = shoal_choice() if choice == "shoal" else (choice or None)
+    if value:
+        os.environ[variable] = value
+    return value
 
 
 def same_openblas_kernels(choice):
     """Makes every process the benchmark starts (servers, peers, the bare loop) run OpenBLAS's
-    `choice` of kernels ("shoal": the ones `shoal serve` picks for itself; "": OpenBLAS's own
-    choice, which shoal serve then overrides): what it set, recorded with the figures. Without
-    this the peers and the bare loop would run Debian's OpenBLAS fallback on a CPU it does not
-    know while shoal does not, and the ratios would measure the BLAS, not the servers."""
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        return os.environ["OPENBLAS_CORETYPE"]
-    value = shoal_openblas_coretype() if choice == "shoal" else (choice or None)
-    if value:
-        os.environ["OPENBLAS_CORETYPE"] = value
-    return value
+    `choice` of kernels (see same_kernels). Without this the peers and the bare loop would run
+    Debian's OpenBLAS fallback on a CPU it does not know while shoal does not, and the ratios
+    would measure the BLAS, not the servers."""
+    return same_kernels("OPENBLAS_CORETYPE", choice, shoal_openblas_coretype)
+
+
+def same_aten_kernels(choice):
+    """The same for the instruction set of libtorch's own kernels (ATEN_CPU_CAPABILITY): on a
+    CPU where shoal serve runs AVX-512 kernels, the peers, the FastAPI app and the bare loop run
+    them too."""
+    return same_kernels("ATEN_CPU_CAPABILITY", choice, shoal_aten_capability)
 
 
 def machine_info():

@@ -742,6 +742,11 @@ def parse_args(argv):
                         "shoal serve picks for this CPU), a name such as Haswell, or '' "
                         "(OpenBLAS's own choice for the others); an OPENBLAS_CORETYPE in the "
                         "environment wins")
+    p.add_argument("--aten-cpu-capability", default="shoal",
+                   help="the instruction set of libtorch's own kernels for every server and the "
+                        "bare loop: 'shoal' (what shoal serve picks for this CPU), avx2, avx512, "
+                        "or '' (libtorch's default for the others); an ATEN_CPU_CAPABILITY in the "
+                        "environment wins")
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.servers = [s for s in args.servers.split(",") if s]
@@ -769,6 +774,7 @@ def main(argv=None):
         "open_connections", "reps", "max_batch_size", "batch_delay_us", "baseline_workers",
         "libtorch_duration", "floor_concurrency", "server_cpu", "load_cpu")}
     result["settings"]["openblas_coretype"] = c.same_openblas_kernels(args.openblas_coretype)
+    result["settings"]["aten_cpu_capability"] = c.same_aten_kernels(args.aten_cpu_capability)
     cores = 1  # every server is pinned to one core; figures per core divide by this
 
     shoal, shoal_err = c.find_shoal(args.shoal)

@@ -825,6 +825,11 @@ def parse_args(argv):
                         "shoal serve picks for this CPU), a name such as Haswell, or '' "
                         "(OpenBLAS's own choice for the others); an OPENBLAS_CORETYPE in the "
                         "environment wins")
+    p.add_argument("--aten-cpu-capability", default="shoal",
+                   help="the instruction set of libtorch's own kernels for every server and the "
+                        "bare loop: 'shoal' (what shoal serve picks for this CPU), avx2, avx512, "
+                        "or '' (libtorch's default for the others); an ATEN_CPU_CAPABILITY in the "
+                        "environment wins")
     args = p.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
     args.servers = [s for s in args.servers.split(",") if s]
@@ -872,6 +877,7 @@ def main(argv=None):
         "libtorch_duration", "floor_concurrency", "load_cpu")}
     result["settings"]["server_cpus"] = sorted(args.server_cpus)
     result["settings"]["openblas_coretype"] = c.same_openblas_kernels(args.openblas_coretype)
+    result["settings"]["aten_cpu_capability"] = c.same_aten_kernels(args.aten_cpu_capability)
 
     args.shoal, args.shoal_error = c.find_shoal(args.shoal)
     if args.shoal and not args.shoal_error:

@@ -31,7 +31,7 @@
 #include "serve/repository/model_repository.h"
 #include "serve/repository/repository_watcher.h"
 #include "serve/runtime/backend_loader.h"
-#include "serve/runtime/blas_kernels.h"
+#include "serve/runtime/cpu_kernels.h"
 #include "serve/runtime/model_backend.h"
 
 namespace shoal::serve {
@@ -138,9 +138,10 @@ int WaitForSignalUntil(const sigset_t& signals, Clock::time_point deadline) {
 
 int RunServer(const ServeOptions& options) {
   PinMallocThresholds();  // before any thread has an arena
-  // Before any thread starts (setenv) and before the TorchScript runtime loads OpenBLAS; said
-  // once the server starts, so that a refused start prints only why.
+  // Before any thread starts (setenv) and before the TorchScript runtime loads OpenBLAS and runs
+  // its first kernel; said once the server starts, so that a refused start prints only why.
   std::optional<std::string> blas_kernels = ChooseOpenBlasKernels();
+  std::optional<std::string> aten_kernels = ChooseAtenKernels();
 
   // Signals are taken by sigwait below; block them before any thread starts, so that every
   // thread inherits the mask and none is killed by them.
@@ -240,6 +241,7 @@ int RunServer(const ServeOptions& options) {
             << "\nshoal serve: listening on grpc://" << options.host << ":" << (*grpc)->port()
             << std::endl;
   if (blas_kernels) std::cerr << "shoal serve: " << *blas_kernels << "\n";
+  if (aten_kernels) std::cerr << "shoal serve: " << *aten_kernels << "\n";
   std::cerr << "shoal serve: " << (*backend)->Description() << ", " << cpus
             << " CPU(s); loading " << scan->models.size() << " model(s) from "
             << options.model_repository << std::endl;

@@ -170,15 +170,25 @@ def test_health_and_server_metadata(server):
     assert meta["backend"].startswith("libtorch ")
 
 
-def expected_openblas_kernels():
-    """The kernels shoal serve should give OpenBLAS on this CPU (blas_kernels.h), read from
-    /proc/cpuinfo by the benchmarks' helper, which puts the same value in every peer's
-    environment: None where shoal leaves the choice to OpenBLAS (not Intel, or no AVX)."""
+def bench_common():
     bench = str(e2e.REPO_ROOT / "bench")
     if bench not in sys.path:
         sys.path.insert(0, bench)
     import _common  # noqa: E402  (bench/, not a package)
-    return _common.shoal_openblas_coretype()
+    return _common
+
+
+def expected_openblas_kernels():
+    """The kernels shoal serve should give OpenBLAS on this CPU (cpu_kernels.h), read from
+    /proc/cpuinfo by the benchmarks' helper, which puts the same value in every peer's
+    environment: None where shoal leaves the choice to OpenBLAS (not Intel, or no AVX)."""
+    return bench_common().shoal_openblas_coretype()
+
+
+def expected_aten_kernels():
+    """The instruction set shoal serve should give ATen's kernels on this CPU (cpu_kernels.h),
+    from the same helper: None where shoal keeps libtorch's default (not AMD, or no AVX-512)."""
+    return bench_common().shoal_aten_capability()
 
 
 def test_openblas_gets_the_kernels_this_cpu_runs_and_the_log_says_which(server):
@@ -194,23 +204,50 @@ def test_openblas_gets_the_kernels_this_cpu_runs_and_the_log_says_which(server):
             "OPENBLAS_CORETYPE to choose others)") in server.stderr()
 
 
-@pytest.mark.parametrize("value", ["Prescott", ""])
-def test_an_openblas_coretype_the_caller_set_is_kept_and_an_empty_one_replaced(
-        shoal_bin, repository, tmp_path, value):
-    # OpenBLAS reads an empty OPENBLAS_CORETYPE too, and then picks by itself.
+def test_aten_gets_the_kernels_this_cpu_runs_and_the_log_says_which(server):
+    # libtorch 1.13 runs its AVX2 kernels where AVX-512 is there; on AMD's Zen 4 the AVX-512
+    # ones ran the LSTM's element-wise work at half the cost.
+    expected = expected_aten_kernels()
+    _, meta = server.get("/v2")
+    if expected is None:
+        assert "ATen " in meta["backend"], meta["backend"]
+        assert "ATen kernels:" not in server.stderr(), server.stderr()
+        return
+    assert f"ATen {expected.upper()} kernels" in meta["backend"], meta["backend"]
+    assert (f"shoal serve: ATen kernels: {expected}, chosen from this CPU's features (set "
+            "ATEN_CPU_CAPABILITY to choose others)") in server.stderr()
+
+
+# (variable, the library's name in the log and in /v2's backend, how the backend spells a
+# value, what shoal should choose on this CPU)
+KERNEL_CHOICES = {
+    "OPENBLAS_CORETYPE": ("OpenBLAS", str, expected_openblas_kernels),
+    "ATEN_CPU_CAPABILITY": ("ATen", str.upper, expected_aten_kernels),
+}
+
+
+# Both libraries read an empty value too, and then pick by themselves.
+@pytest.mark.parametrize("variable,value", [
+    ("OPENBLAS_CORETYPE", "Prescott"), ("OPENBLAS_CORETYPE", ""),
+    ("ATEN_CPU_CAPABILITY", "avx2"), ("ATEN_CPU_CAPABILITY", ""),
+])
+def test_kernels_the_caller_chose_are_kept_and_an_empty_choice_replaced(
+        shoal_bin, repository, tmp_path, variable, value):
+    library, spelled, expected_here = KERNEL_CHOICES[variable]
     repo = tmp_path / "models"
     (repo / "identity" / "1").mkdir(parents=True)
     shutil.copy(repository / "identity" / "1" / "model.pt", repo / "identity" / "1")
-    s = Server(shoal_bin, repo, tmp_path, env={"OPENBLAS_CORETYPE": value})
+    s = Server(shoal_bin, repo, tmp_path, env={variable: value})
     try:
         s.wait_ready()
         _, meta = s.get("/v2")
-        expected = value or expected_openblas_kernels()
-        if expected is None:  # not an Intel CPU with AVX: left to OpenBLAS
-            assert "OpenBLAS" in meta["backend"], meta["backend"]
+        expected = value or expected_here()
+        if expected is None:  # this CPU gets the library's own choice
+            assert f"{library} " in meta["backend"], meta["backend"]
+            assert f"{library} kernels: " not in s.stderr(), s.stderr()
             return
-        assert f"OpenBLAS {expected} kernels" in meta["backend"], meta["backend"]
-        assert ("chosen from this CPU's features" in s.stderr()) == (value == ""), s.stderr()
+        assert f"{library} {spelled(expected)} kernels" in meta["backend"], meta["backend"]
+        assert (f"{library} kernels: " in s.stderr()) == (value == ""), s.stderr()
     finally:
         s.kill()
 

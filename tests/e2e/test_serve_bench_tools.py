@@ -774,10 +774,17 @@ def test_peers_search_on_shoal_alone_and_a_missing_peer(tmp_path):
     assert str(anchors["batch_size"]) in anchors["libtorch_loop"]
     assert anchors["floor"]["closed"]["cpu_us_per_request"] >= 0
     assert entry["ratios"]["aa_resolution"]["throughput"] is not None
-    # Every process runs the OpenBLAS kernels shoal serve picks for itself, and shoal says so.
+    # Every process runs the OpenBLAS and ATen kernels shoal serve picks for itself, and shoal
+    # says so.
     coretype = out["settings"]["openblas_coretype"]
     if coretype:
         assert f"OpenBLAS {coretype} kernels" in entry["servers"]["shoal"]["backend"]
+    capability = out["settings"]["aten_cpu_capability"]
+    sys.path.insert(0, str(e2e.REPO_ROOT / "bench"))
+    import _common  # noqa: E402  (bench/, not a package)
+    assert capability == _common.shoal_aten_capability()
+    if capability:
+        assert f"ATen {capability.upper()} kernels" in entry["servers"]["shoal"]["backend"]
     # No peer measured: every peer target says so.
     assert entry["targets"]["ahead_of_every_peer"] == "not measured"
     assert entry["targets"]["tiny_at_least_20x_every_python_v2"] == "not measured"

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/script.h>
 #include <torch/version.h>
@@ -14,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "serve/runtime/large_block_cache.h"
@@ -224,7 +226,7 @@ class TorchBackend final : public ModelBackend {
     }
   }
 
-  // The kernels OpenBLAS chose when libtorch loaded it (blas_kernels.h says why they matter);
+  // The kernels OpenBLAS chose when libtorch loaded it (cpu_kernels.h says why they matter);
   // empty where libtorch was built on another BLAS.
   static std::string OpenBlasCore() {
     void* library = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
@@ -235,6 +237,24 @@ class TorchBackend final : public ModelBackend {
     return name;
   }
 
+  // The instruction set of ATen's own vectorised kernels ("AVX2", "AVX512"; cpu_kernels.h),
+  // from the build summary: libtorch does not export the call that reads it. Fixed the first
+  // time a kernel runs or this is asked.
+  static std::string AtenCapability() {
+    constexpr std::string_view kLabel = "CPU capability usage: ";
+    std::string config;
+    try {
+      config = at::show_config();
+    } catch (const std::exception&) {
+      return {};
+    }
+    size_t at = config.find(kLabel);
+    if (at == std::string::npos) return {};
+    at += kLabel.size();
+    size_t end = config.find('\n', at);
+    return config.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+
   void ReleaseIdleMemory() override { CachingCpuAllocator::Cache().TrimIfIdle(); }
 
   std::string Description() const override {
@@ -242,8 +262,10 @@ class TorchBackend final : public ModelBackend {
                                ? "OpenMP"
                                : "native thread pool";
     std::string blas = OpenBlasCore();
+    std::string aten = AtenCapability();
     return "libtorch " TORCH_VERSION " (" + parallel +
-           (blas.empty() ? std::string() : ", OpenBLAS " + blas + " kernels") + ")";
+           (blas.empty() ? std::string() : ", OpenBLAS " + blas + " kernels") +
+           (aten.empty() ? std::string() : ", ATen " + aten + " kernels") + ")";
   }
 };
 
