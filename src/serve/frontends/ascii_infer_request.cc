@@ -342,6 +342,48 @@ class AsciiReader {
     count = taken;
   }
 
+  // The values of a flat list of integers from here on, as StoreAscii stores them, while each
+  // is written plainly ([-]digits, at most eight of them, no leading zero) and followed at once
+  // by a comma; stores them from out[count] on (room for `capacity`) and stops before the
+  // first value it does not take, which StoreAscii then reads. Eight digits fit every Integer
+  // this is for (32 and 64 bits), so nothing is range-checked. Only where 16 bytes are left: a
+  // value it takes, with its comma and one blank, spans at most 11. A language model's token
+  // ids are such lists.
+  template <typename Integer>
+  void TakePlainIntegers(std::byte* out, size_t capacity, size_t& count) {
+    static_assert(std::is_signed_v<Integer> && sizeof(Integer) >= 4);
+    // Locals, as in TakePlainReals.
+    const char* p = at_;
+    const char* const end = end_;
+    size_t taken = count;
+    while (end - p >= 16 && taken < capacity) {
+      const char* first = p;
+      bool negative = false;
+      if (*first == '-') [[unlikely]] {
+        negative = true;
+        ++first;
+      }
+      uint64_t value = 0;
+      const int digits = TakeDigitsOfWord(first, value);
+      // None, or a leading zero (JSON's error, StoreAscii's to report).
+      if (digits == 0 || (digits > 1 && *first == '0')) break;
+      const char* q = first + digits;
+      // A ninth digit, a point or an exponent (not an integer), a blank before the comma or
+      // the list's end: StoreAscii's to read.
+      if (*q != ',') break;
+      const auto magnitude = static_cast<Integer>(value);
+      Store(out + taken * sizeof(Integer),
+            negative ? static_cast<Integer>(-magnitude) : magnitude);
+      ++taken;
+      ++q;
+      if (*q == ' ') [[likely]] ++q;
+      while (q != end && static_cast<unsigned char>(*q) <= ' ' && IsBlank(*q)) ++q;
+      p = q;
+    }
+    at_ = p;
+    count = taken;
+  }
+
   bool Literal(std::string_view word) {
     SkipSpace();
     if (static_cast<size_t>(end_ - at_) < word.size() ||
@@ -472,6 +514,21 @@ bool ReadRealList(AsciiReader& reader, std::byte* out, size_t capacity, size_t& 
   return true;
 }
 
+// The values of a flat list of 32- or 64-bit integers into `out`, as StoreAscii stores them,
+// up to the closing bracket; false as StoreAscii. Most values are taken by TakePlainIntegers.
+template <typename Integer>
+bool ReadIntegerList(AsciiReader& reader, DataType type, std::byte* out, size_t capacity,
+                     size_t& count) {
+  do {
+    reader.TakePlainIntegers<Integer>(out, capacity, count);
+    if (count >= capacity || !StoreAscii(reader, type, out + count * sizeof(Integer))) {
+      return false;
+    }
+    ++count;
+  } while (reader.Take(','));
+  return true;
+}
+
 // A list nested as tensor.shape from `dimension` on, or, with `dimension` the last, its values.
 bool ReadAsciiNested(AsciiReader& reader, size_t dimension, Tensor& tensor, size_t& count) {
   if (!reader.Take('[')) return false;
@@ -518,6 +575,12 @@ bool ReadAsciiData(AsciiReader& reader, Tensor& tensor) {
         read = ReadRealList<float>(reader, tensor.data.data(), capacity, count);
       } else if (tensor.datatype == DataType::kFp64) {
         read = ReadRealList<double>(reader, tensor.data.data(), capacity, count);
+      } else if (tensor.datatype == DataType::kInt64) {
+        read = ReadIntegerList<int64_t>(reader, tensor.datatype, tensor.data.data(), capacity,
+                                        count);
+      } else if (tensor.datatype == DataType::kInt32) {
+        read = ReadIntegerList<int32_t>(reader, tensor.datatype, tensor.data.data(), capacity,
+                                        count);
       } else {
         do {
           read = count < capacity &&

@@ -14,6 +14,7 @@
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "nlohmann/json.hpp"
+#include "serve/frontends/ascii_infer_request.h"
 #include "serve/frontends/common_infer_request.h"
 
 namespace shoal::serve {
@@ -599,12 +600,16 @@ std::string Describe(const absl::StatusOr<InferRequest>& request) {
   return out;
 }
 
-// Whether the one-pass decoder took `body`; fails the test where it answered differently.
+// Whether the one-pass decoder took `body`; fails the test where it, or the ASCII reader it
+// tries first, answered differently.
 bool CommonPathAgrees(const std::string& body) {
   absl::StatusOr<InferRequest> general = DecodeInferRequestThroughDocument(body);
   std::optional<InferRequest> common = DecodeCommonInferRequest(body);
   if (common) {
     EXPECT_EQ(Describe(*common), Describe(general)) << body;
+  }
+  if (std::optional<InferRequest> ascii = DecodeAsciiInferRequest(body)) {
+    EXPECT_EQ(Describe(*ascii), Describe(general)) << body;
   }
   EXPECT_EQ(Describe(DecodeInferRequest(body)), Describe(general)) << body;
   return common.has_value();
@@ -627,9 +632,21 @@ TEST(JsonCodecTest, TheCommonFormIsDecodedInOnePass) {
                      {"name": "j", "shape": [1], "datatype": "INT16", "data": [-32768]},
                      {"name": "k", "shape": [1], "datatype": "INT32", "data": [2147483647]},
                      {"name": "f", "shape": [], "datatype": "FP64", "data": [1e300]}]})",
+      // Lists with the rest of the request after them: the shortcuts for plain values stop at
+      // each list's last value, whatever follows it.
+      R"({"inputs": [{"data": [12, -345, 6789012, 0, 99999999, -7, 5], "datatype": "INT64",
+                      "name": "tokens", "shape": [7]},
+                     {"data": [1, 2147483647, -2147483648, 0], "datatype": "INT32",
+                      "name": "ids", "shape": [4]},
+                     {"data": [0.25, -1.5, 3, 0.0078125, 2], "datatype": "FP32",
+                      "name": "x", "shape": [5]}], "outputs": [{"name": "y"}]})",
   };
   for (const std::string& body : bodies) {
     EXPECT_TRUE(CommonPathAgrees(body)) << "not taken in one pass: " << body;
+    // Plain ASCII (every body but the one with escapes): the ASCII reader takes it.
+    if (body.find('\\') == std::string::npos) {
+      EXPECT_TRUE(DecodeAsciiInferRequest(body).has_value()) << "not read as ASCII: " << body;
+    }
   }
 }
 
@@ -782,8 +799,8 @@ TEST(JsonCodecTest, TheOnePassDecoderReadsNumbersAsTheGeneralDecoderDoes) {
 }
 
 // The one-pass reader takes a number's digits eight bytes at a time while eight are left in
-// the body, and one at a time after that, and most values of a list of reals by a shortcut
-// while 40 bytes are left: runs of every length from 1 to 24 digits, before and after a
+// the body, and one at a time after that, and most values of a list of reals or integers by a
+// shortcut while 40 or 16 bytes are left: runs of every length from 1 to 24 digits, before and after a
 // point, ending at every distance from the body's end or far from it and followed by every
 // character that can end (or wrongly continue) a number, must read as the general decoder
 // reads them.
@@ -814,9 +831,14 @@ TEST(JsonCodecTest, TheOnePassReaderReadsRunsOfDigitsOfEveryLengthAnywhere) {
                                            number, ender,
                                            ", 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, ",
                                            "8, 9, 0]}]}");
-            checked += 2;
+            // Last in its list, with the rest of the input after the list.
+            std::string last = absl::StrCat(R"({"inputs": [{"data": [1, )", sign, number, ender,
+                                            R"(], "datatype": ")", type,
+                                            R"(", "name": "x", "shape": [2]}]})");
+            checked += 3;
             if (CommonPathAgrees(body)) ++taken;
             if (CommonPathAgrees(far)) ++taken;
+            if (CommonPathAgrees(last)) ++taken;
           }
         }
       }
@@ -829,8 +851,12 @@ TEST(JsonCodecTest, TheOnePassReaderReadsRunsOfDigitsOfEveryLengthAnywhere) {
                            ".5", "1.", "+1", "9999999", "-9999999.999999999999", "99999999",
                            "1234567.1234567890123", "0.00000000000000000001", "1,,",
                            // 20 digits that wrap past 2^64 to 5, and 23 after the point.
-                           "1844674.4073709551621", "0.00000000000000000000001"}) {
-    for (const char* type : {"FP32", "FP64"}) {
+                           "1844674.4073709551621", "0.00000000000000000000001",
+                           // Integers: the widest the integer shortcut takes, one more digit,
+                           // and what only a real has.
+                           "-99999999", "-999999999", "2147483647", "-2147483648", "2147483648",
+                           "9223372036854775807", "-9223372036854775808", "1e3", "1E0", "-"}) {
+    for (const char* type : {"FP32", "FP64", "INT32", "INT64"}) {
       std::string far = absl::StrCat(R"({"inputs": [{"name": "x", "shape": [21], "datatype": ")",
                                      type, R"(", "data": [)", edge,
                                      ", 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, ",
