@@ -242,7 +242,7 @@ int RunServer(const ServeOptions& options) {
             << std::endl;
   if (blas_kernels) std::cerr << "shoal serve: " << *blas_kernels << "\n";
   if (aten_kernels) std::cerr << "shoal serve: " << *aten_kernels << "\n";
-  std::cerr << "shoal serve: " << (*backend)->Description() << ", " << cpus
+  std::cerr << "shoal serve: " << http_options.backend_description << ", " << cpus
             << " CPU(s); loading " << scan->models.size() << " model(s) from "
             << options.model_repository << std::endl;
 

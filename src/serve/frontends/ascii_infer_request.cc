@@ -333,10 +333,7 @@ class AsciiReader {
       if (*q != ',') break;
       Store(out + taken * sizeof(Real), static_cast<Real>(real));
       ++taken;
-      ++q;
-      if (*q == ' ') [[likely]] ++q;  // ", ", as most writers separate values
-      while (q != end && static_cast<unsigned char>(*q) <= ' ' && IsBlank(*q)) ++q;
-      p = q;
+      p = PastComma(q, end);
     }
     at_ = p;
     count = taken;
@@ -375,10 +372,7 @@ class AsciiReader {
       Store(out + taken * sizeof(Integer),
             negative ? static_cast<Integer>(-magnitude) : magnitude);
       ++taken;
-      ++q;
-      if (*q == ' ') [[likely]] ++q;
-      while (q != end && static_cast<unsigned char>(*q) <= ' ' && IsBlank(*q)) ++q;
-      p = q;
+      p = PastComma(q, end);
     }
     at_ = p;
     count = taken;
@@ -421,6 +415,15 @@ class AsciiReader {
     if (!ReadNumber(&number)) return false;
     *out = number.AsDouble();
     return true;
+  }
+
+  // Where the next value starts after the comma at `comma`, in a list the shortcuts take:
+  // past the blank most writers put after it (", "), then past any others.
+  [[gnu::always_inline]] static const char* PastComma(const char* comma, const char* end) {
+    const char* q = comma + 1;
+    if (*q == ' ') [[likely]] ++q;
+    while (q != end && static_cast<unsigned char>(*q) <= ' ' && IsBlank(*q)) ++q;
+    return q;
   }
 
   static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
