@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <string>
@@ -349,6 +350,26 @@ int RunMpiLauncher(const std::string& shoal_binary, const std::vector<std::strin
   return 127;
 }
 
+// Open MPI's daemons keep their session files under BASE/ompi.<host>.<uid>/jf.<job family>, and
+// BASE is the same /tmp for every worker of a job that shares a machine. Open MPI 4.1 creates
+// that directory with a look and then a mkdir, which fails with "File exists" when two daemons
+// start at once, and the job with them (a CI run failed so). So each worker hands the daemons it
+// starts a base of their own, and removes it when it stops. A role's env that sets
+// OMPI_MCA_orte_tmpdir_base keeps its choice, and then there is nothing to remove.
+absl::StatusOr<std::string> GiveDaemonsTheirOwnSessionBase(const std::string& role,
+                                                          uint32_t index) {
+  if (!Env("OMPI_MCA_orte_tmpdir_base").empty()) return std::string();
+  std::string tmp = Env("TMPDIR");
+  if (tmp.empty()) tmp = "/tmp";
+  std::string path = absl::StrCat(tmp, "/shoal-mpi-", role, index, "-XXXXXX");
+  if (::mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("could not create a session directory for Open MPI ",
+                                            "in ", tmp, ": ", std::strerror(errno)));
+  }
+  ::setenv("OMPI_MCA_orte_tmpdir_base", path.c_str(), 1);
+  return path;
+}
+
 int RunMpiWorker() {
   const std::string who = "mpi-worker";
   auto json = ClusterJson();
@@ -386,6 +407,12 @@ int RunMpiWorker() {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  auto session_base = GiveDaemonsTheirOwnSessionBase(role, index);
+  if (!session_base.ok()) {
+    Say(who, std::string(session_base.status().message()));
+    ::close(*listener);
+    return 1;
+  }
   Say(who, absl::StrCat("hosting MPI ranks as ", HostAlias(index), " on ", me->address, ":",
                         me->port));
   Worker worker(secret);
@@ -403,6 +430,10 @@ int RunMpiWorker() {
   }
   ::close(*listener);
   worker.StopAll();
+  if (!session_base->empty()) {
+    std::error_code ignored;  // the daemons are gone; a failure here leaves only empty folders
+    std::filesystem::remove_all(*session_base, ignored);
+  }
   Say(who, "stopped");
   return 0;
 }

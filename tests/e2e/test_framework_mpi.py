@@ -70,6 +70,60 @@ def test_a_launcher_command_that_runs_mpirun_itself_gets_the_hostfile(run_shoal,
     assert any("running: mpirun -np 3" in l for l in out), r.stdout
 
 
+SESSION_PROGRAM = (
+    "from mpi4py import MPI; import os, json; c = MPI.COMM_WORLD; "
+    "b = os.environ.get('OMPI_MCA_orte_tmpdir_base', ''); "
+    "u = sorted(n for n in os.listdir(b) if n.startswith('ompi.')) if os.path.isdir(b) else []; "
+    "t = c.gather([os.environ['SHOAL_ROLE'] + ':' + os.environ['SHOAL_INDEX'], b, u], root=0); "
+    "c.rank == 0 and print('session', json.dumps(sorted(t)), flush=True)")
+
+
+def run_session_job(run_shoal, write_job, tmp_path, worker_env):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    job = write_job(f"""
+        name: mpi-session-dirs
+        framework: mpi
+        roles:
+          launcher:
+            command: [mpirun, -np, "2", --bind-to, none, /usr/bin/python3, -c,
+                      "{SESSION_PROGRAM}"]
+            resources: {{cpus: 0.1}}
+            env: {json.dumps(ROOT_OK)}
+          worker:
+            instances: 2
+            resources: {{cpus: 0.5}}
+            env: {json.dumps({**ROOT_OK, **worker_env})}
+        """)
+    r = run_shoal("run", job, timeout=120, env={"TMPDIR": str(tmp)})
+    assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
+    (line,) = [l for l in lines_of(r.stdout, "launcher:0") if l.startswith("session ")]
+    return tmp, {task: (base, used) for task, base, used in json.loads(line[len("session "):])}
+
+
+def test_each_worker_gives_its_mpi_daemons_a_session_directory_of_their_own(
+        run_shoal, write_job, tmp_path):
+    # Open MPI 4.1's daemons, sharing one /tmp/ompi.<host>.<uid>/jf.<family>, failed a job when
+    # two started at once ("mkdir ... File exists"); one directory per worker removes the race.
+    tmp, seen = run_session_job(run_shoal, write_job, tmp_path, {})
+    assert sorted(seen) == ["worker:0", "worker:1"], seen
+    bases = [seen[w][0] for w in ("worker:0", "worker:1")]
+    assert bases[0] != bases[1], seen
+    for task, (base, used) in seen.items():
+        assert base.startswith(f"{tmp}/shoal-mpi-{task.replace(':', '')}-"), seen
+        assert used, f"Open MPI kept nothing under {task}'s directory {base}: {seen}"
+    assert list(tmp.iterdir()) == [], "the workers left their session directories behind"
+
+
+def test_a_session_directory_the_role_chose_is_kept(run_shoal, write_job, tmp_path):
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    _, seen = run_session_job(run_shoal, write_job, tmp_path,
+                              {"OMPI_MCA_orte_tmpdir_base": str(chosen)})
+    assert {base for base, _ in seen.values()} == {str(chosen)}, seen
+    assert all(used for _, used in seen.values()), seen
+
+
 def test_a_failing_rank_fails_the_job_and_leaves_no_process(run_shoal, write_job, jobs_dir):
     require_mpi()
     program = ("from mpi4py import MPI; import sys; c = MPI.COMM_WORLD; c.Barrier(); "
