@@ -186,8 +186,11 @@ class MpiWorker:
                                                     "port": self.port}]}))
         self.log = tmp_path / "worker.log"
         self.shoal_bin = shoal_bin
+        self.tmp = tmp_path / "tmp"  # where it makes Open MPI's session directory
+        self.tmp.mkdir()
         env = e2e.base_env({"SHOAL_CLUSTER_SPEC_FILE": str(self.spec), "SHOAL_ROLE": "worker",
-                            "SHOAL_INDEX": "0", "SHOAL_MPI_SECRET": secret})
+                            "SHOAL_INDEX": "0", "SHOAL_MPI_SECRET": secret,
+                            "TMPDIR": str(self.tmp)})
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([shoal_bin, "mpi-worker"], env=env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -267,9 +270,12 @@ def test_mpi_worker_stops_the_command_when_its_caller_goes_away(shoal_bin, tmp_p
         # SIGTERM ends the worker and whatever it still runs.
         rsh = worker.rsh("s3cret", "shoal-worker-0", "exec sleep 302", wait=False)
         e2e.wait_until(lambda: process_with_argv(["sleep", "302"]), 10, "the second command")
+        assert [d.name[:len("shoal-mpi-worker0-")] for d in worker.tmp.iterdir()] == [
+            "shoal-mpi-worker0-"]
         worker.proc.send_signal(signal.SIGTERM)
         assert worker.proc.wait(timeout=15) == 0
         assert process_with_argv(["sleep", "302"]) is None
+        assert list(worker.tmp.iterdir()) == [], "the stopped worker left its session directory"
         rsh.wait(timeout=10)
         # The caller learns that the command did not finish: 143 (it died of SIGTERM) or 255
         # (the worker was gone before it could say so).
