@@ -19,6 +19,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -350,24 +352,46 @@ int RunMpiLauncher(const std::string& shoal_binary, const std::vector<std::strin
   return 127;
 }
 
-// Open MPI's daemons keep their session files under BASE/ompi.<host>.<uid>/jf.<job family>, and
-// BASE is the same /tmp for every worker of a job that shares a machine. Open MPI 4.1 creates
-// that directory with a look and then a mkdir, which fails with "File exists" when two daemons
-// start at once, and the job with them (a CI run failed so). So each worker hands the daemons it
-// starts a base of their own, and removes it when it stops. A role's env that sets
-// OMPI_MCA_orte_tmpdir_base keeps its choice, and then there is nothing to remove.
-absl::StatusOr<std::string> GiveDaemonsTheirOwnSessionBase(const std::string& role,
-                                                          uint32_t index) {
-  if (!Env("OMPI_MCA_orte_tmpdir_base").empty()) return std::string();
+void RemoveDirectories(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    std::error_code ignored;  // what cannot go stays, as a killed Open MPI's own files do
+    std::filesystem::remove_all(path, ignored);
+  }
+}
+
+// Open MPI keeps two things per machine that several workers of one job on a machine must not
+// share, as each worker is a machine of its own to Open MPI:
+// - the daemons' session files, under OMPI_MCA_orte_tmpdir_base (/tmp)/ompi.<host>.<uid>/
+//   jf.<job family>. Open MPI 4.1 creates that directory with a look and then a mkdir, which
+//   fails with "File exists" when two daemons start at once, and the job with it (it failed
+//   a CI run).
+// - the ranks' shared-memory segments, OMPI_MCA_btl_vader_backing_directory (/dev/shm)/
+//   vader_segment.<host>.<job id>.<local rank>. Two workers' ranks of the same local rank open
+//   the same segment, and crash in mca_btl_vader_poll_handle_frag (2 workers x 2 slots did,
+//   every time).
+// So each worker makes a directory of its own for each, for the daemons and ranks it starts,
+// and removes them when it stops. A variable the role's env sets keeps its value.
+absl::StatusOr<std::vector<std::string>> GiveRanksDirectoriesOfTheirOwn(const std::string& role,
+                                                                       uint32_t index) {
   std::string tmp = Env("TMPDIR");
   if (tmp.empty()) tmp = "/tmp";
-  std::string path = absl::StrCat(tmp, "/shoal-mpi-", role, index, "-XXXXXX");
-  if (::mkdtemp(path.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("could not create a session directory for Open MPI ",
-                                            "in ", tmp, ": ", std::strerror(errno)));
+  std::string shm = ::access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : tmp;
+  const std::pair<const char*, std::string> wanted[] = {
+      {"OMPI_MCA_orte_tmpdir_base", tmp}, {"OMPI_MCA_btl_vader_backing_directory", shm}};
+  std::vector<std::string> made;
+  for (const auto& [variable, parent] : wanted) {
+    if (!Env(variable).empty()) continue;
+    std::string path = absl::StrCat(parent, "/shoal-mpi-", role, index, "-XXXXXX");
+    if (::mkdtemp(path.data()) == nullptr) {
+      std::string why = std::strerror(errno);
+      RemoveDirectories(made);
+      return absl::InternalError(
+          absl::StrCat("could not create a directory in ", parent, " for ", variable, ": ", why));
+    }
+    ::setenv(variable, path.c_str(), 1);
+    made.push_back(std::move(path));
   }
-  ::setenv("OMPI_MCA_orte_tmpdir_base", path.c_str(), 1);
-  return path;
+  return made;
 }
 
 int RunMpiWorker() {
@@ -407,9 +431,9 @@ int RunMpiWorker() {
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  auto session_base = GiveDaemonsTheirOwnSessionBase(role, index);
-  if (!session_base.ok()) {
-    Say(who, std::string(session_base.status().message()));
+  auto own_directories = GiveRanksDirectoriesOfTheirOwn(role, index);
+  if (!own_directories.ok()) {
+    Say(who, std::string(own_directories.status().message()));
     ::close(*listener);
     return 1;
   }
@@ -430,10 +454,7 @@ int RunMpiWorker() {
   }
   ::close(*listener);
   worker.StopAll();
-  if (!session_base->empty()) {
-    std::error_code ignored;  // the daemons are gone; a failure here leaves only empty folders
-    std::filesystem::remove_all(*session_base, ignored);
-  }
+  RemoveDirectories(*own_directories);
   Say(who, "stopped");
   return 0;
 }

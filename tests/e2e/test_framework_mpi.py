@@ -70,58 +70,81 @@ def test_a_launcher_command_that_runs_mpirun_itself_gets_the_hostfile(run_shoal,
     assert any("running: mpirun -np 3" in l for l in out), r.stdout
 
 
-SESSION_PROGRAM = (
-    "from mpi4py import MPI; import os, json; c = MPI.COMM_WORLD; "
-    "b = os.environ.get('OMPI_MCA_orte_tmpdir_base', ''); "
-    "u = sorted(n for n in os.listdir(b) if n.startswith('ompi.')) if os.path.isdir(b) else []; "
-    "t = c.gather([os.environ['SHOAL_ROLE'] + ':' + os.environ['SHOAL_INDEX'], b, u], root=0); "
-    "c.rank == 0 and print('session', json.dumps(sorted(t)), flush=True)")
+# Each rank reports its task, and for both of Open MPI's per-machine directories the directory
+# it was given and what Open MPI keeps there: the daemons' session files (ompi.*) and the
+# ranks' shared-memory segments (vader_segment.*).
+DIRECTORIES_PROGRAM = (
+    "from mpi4py import MPI; import os, json; c = MPI.COMM_WORLD; c.Barrier(); "
+    "d = [os.environ.get(v, '') for v in "
+    "('OMPI_MCA_orte_tmpdir_base', 'OMPI_MCA_btl_vader_backing_directory')]; "
+    "k = [sorted({n.split('.')[0] for n in os.listdir(p)}) if os.path.isdir(p) else [] "
+    "for p in d]; "
+    "t = c.gather([os.environ['SHOAL_ROLE'] + ':' + os.environ['SHOAL_INDEX'], d, k], root=0); "
+    "s = c.allreduce(c.rank + 1); c.Barrier(); "
+    "c.rank == 0 and print('directories', s, json.dumps(sorted(t)), flush=True)")
 
 
-def run_session_job(run_shoal, write_job, tmp_path, worker_env):
+def run_directories_job(run_shoal, write_job, tmp_path, worker_env, workers=2):
+    """Workers of two slots each, so that each worker hosts two ranks that share memory."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     job = write_job(f"""
-        name: mpi-session-dirs
+        name: mpi-directories
         framework: mpi
+        mpi: {{slots_per_worker: 2}}
         roles:
           launcher:
-            command: [mpirun, -np, "2", --bind-to, none, /usr/bin/python3, -c,
-                      "{SESSION_PROGRAM}"]
+            command: [/usr/bin/python3, -c, "{DIRECTORIES_PROGRAM}"]
             resources: {{cpus: 0.1}}
             env: {json.dumps(ROOT_OK)}
           worker:
-            instances: 2
+            instances: {workers}
             resources: {{cpus: 0.5}}
             env: {json.dumps({**ROOT_OK, **worker_env})}
         """)
     r = run_shoal("run", job, timeout=120, env={"TMPDIR": str(tmp)})
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
-    (line,) = [l for l in lines_of(r.stdout, "launcher:0") if l.startswith("session ")]
-    return tmp, {task: (base, used) for task, base, used in json.loads(line[len("session "):])}
+    (line,) = [l for l in lines_of(r.stdout, "launcher:0") if l.startswith("directories ")]
+    _, total, ranks = line.split(" ", 2)
+    assert int(total) == sum(range(1, 2 * workers + 1)), line  # every rank took part
+    seen = {}
+    for task, dirs, kept in json.loads(ranks):
+        assert seen.setdefault(task, (dirs, kept)) == (dirs, kept), (
+            f"two ranks of {task} were given different directories: {ranks}")
+    assert sorted(seen) == [f"worker:{i}" for i in range(workers)], ranks
+    return tmp, seen
 
 
-def test_each_worker_gives_its_mpi_daemons_a_session_directory_of_their_own(
+def test_each_worker_gives_its_ranks_open_mpis_directories_of_their_own(
         run_shoal, write_job, tmp_path):
-    # Open MPI 4.1's daemons, sharing one /tmp/ompi.<host>.<uid>/jf.<family>, failed a job when
-    # two started at once ("mkdir ... File exists"); one directory per worker removes the race.
-    tmp, seen = run_session_job(run_shoal, write_job, tmp_path, {})
-    assert sorted(seen) == ["worker:0", "worker:1"], seen
-    bases = [seen[w][0] for w in ("worker:0", "worker:1")]
-    assert bases[0] != bases[1], seen
-    for task, (base, used) in seen.items():
-        assert base.startswith(f"{tmp}/shoal-mpi-{task.replace(':', '')}-"), seen
-        assert used, f"Open MPI kept nothing under {task}'s directory {base}: {seen}"
-    assert list(tmp.iterdir()) == [], "the workers left their session directories behind"
+    # Shared between two workers on one machine, Open MPI 4.1 failed a daemon's start when two
+    # created the session directory at once ("mkdir ... File exists"), and crashed ranks of
+    # the same local rank in two workers, which opened one shared-memory segment (SIGSEGV in
+    # mca_btl_vader_poll_handle_frag).
+    tmp, seen = run_directories_job(run_shoal, write_job, tmp_path, {})
+    for i, (parent, kind) in enumerate([(str(tmp), "ompi"), ("/dev/shm", "vader_segment")]):
+        given = {task: dirs[i] for task, (dirs, _) in seen.items()}
+        assert given["worker:0"] != given["worker:1"], seen
+        for task, path in given.items():
+            assert path.startswith(f"{parent}/shoal-mpi-{task.replace(':', '')}-"), seen
+            assert kind in seen[task][1][i], f"Open MPI kept no {kind} in {path}: {seen}"
+            assert not os.path.exists(path), f"{task} left {path} behind"
+    assert list(tmp.iterdir()) == [], "the workers left directories behind"
 
 
-def test_a_session_directory_the_role_chose_is_kept(run_shoal, write_job, tmp_path):
-    chosen = tmp_path / "chosen"
-    chosen.mkdir()
-    _, seen = run_session_job(run_shoal, write_job, tmp_path,
-                              {"OMPI_MCA_orte_tmpdir_base": str(chosen)})
-    assert {base for base, _ in seen.values()} == {str(chosen)}, seen
-    assert all(used for _, used in seen.values()), seen
+def test_directories_the_role_chose_are_kept(run_shoal, write_job, tmp_path):
+    # One worker: a role's value is every worker's, and two workers of two ranks on one machine
+    # would share the segments again (docs/environment.md says so).
+    chosen = {"OMPI_MCA_orte_tmpdir_base": tmp_path / "session",
+              "OMPI_MCA_btl_vader_backing_directory": tmp_path / "shm"}
+    for path in chosen.values():
+        path.mkdir()
+    _, seen = run_directories_job(run_shoal, write_job, tmp_path,
+                                  {k: str(v) for k, v in chosen.items()}, workers=1)
+    dirs, kept = seen["worker:0"]
+    assert dirs == [str(chosen["OMPI_MCA_orte_tmpdir_base"]),
+                    str(chosen["OMPI_MCA_btl_vader_backing_directory"])], seen
+    assert "ompi" in kept[0] and "vader_segment" in kept[1], seen
 
 
 def test_a_failing_rank_fails_the_job_and_leaves_no_process(run_shoal, write_job, jobs_dir):
@@ -188,9 +211,12 @@ class MpiWorker:
         self.shoal_bin = shoal_bin
         self.tmp = tmp_path / "tmp"  # where it makes Open MPI's session directory
         self.tmp.mkdir()
+        # Given, so that it makes none in /dev/shm: stop() kills it without a chance to clean.
+        (tmp_path / "shm").mkdir()
         env = e2e.base_env({"SHOAL_CLUSTER_SPEC_FILE": str(self.spec), "SHOAL_ROLE": "worker",
                             "SHOAL_INDEX": "0", "SHOAL_MPI_SECRET": secret,
-                            "TMPDIR": str(self.tmp)})
+                            "TMPDIR": str(self.tmp),
+                            "OMPI_MCA_btl_vader_backing_directory": str(tmp_path / "shm")})
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([shoal_bin, "mpi-worker"], env=env, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
@@ -255,6 +281,27 @@ def test_mpi_worker_refuses_a_caller_without_the_jobs_secret(shoal_bin, tmp_path
         assert rc == 0, err
     finally:
         worker.stop()
+
+
+def test_mpi_worker_that_cannot_make_its_directories_says_so_and_serves_nothing(shoal_bin,
+                                                                                tmp_path):
+    spec = tmp_path / "cluster.json"
+    port = free_port()
+    spec.write_text(json.dumps({"job_id": "j", "restart_count": 0, "cluster": {},
+                                "tasks": [{"role": "worker", "index": 0, "rank": 0, "node": "n",
+                                           "address": "127.0.0.1", "port": port}]}))
+    missing = tmp_path / "no-such-dir"
+    env = e2e.base_env({"SHOAL_CLUSTER_SPEC_FILE": str(spec), "SHOAL_ROLE": "worker",
+                        "SHOAL_INDEX": "0", "SHOAL_MPI_SECRET": "s3cret", "TMPDIR": str(missing),
+                        "OMPI_MCA_btl_vader_backing_directory": str(tmp_path)})
+    r = subprocess.run([shoal_bin, "mpi-worker"], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 1, r
+    assert (f"could not create a directory in {missing} for OMPI_MCA_orte_tmpdir_base: "
+            "No such file or directory") in r.stderr, r.stderr
+    assert "hosting MPI ranks" not in r.stderr, r.stderr
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "the worker left its port listening"
 
 
 def test_mpi_worker_stops_the_command_when_its_caller_goes_away(shoal_bin, tmp_path):
