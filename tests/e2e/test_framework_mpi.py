@@ -26,6 +26,24 @@ def lines_of(stdout, task):
     return [l[len(task) + 3:] for l in stdout.splitlines() if l.startswith(f"{task} | ")]
 
 
+def write_mpi_job(write_job, name, command, workers=2, slots=1, worker_env=None):
+    """A launcher running `command` (a list) and `workers` worker tasks of `slots` slots."""
+    return write_job(f"""
+        name: {name}
+        framework: mpi
+        mpi: {{slots_per_worker: {slots}}}
+        roles:
+          launcher:
+            command: {json.dumps(command)}
+            resources: {{cpus: 0.1}}
+            env: {json.dumps(ROOT_OK)}
+          worker:
+            instances: {workers}
+            resources: {{cpus: 0.5}}
+            env: {json.dumps({**ROOT_OK, **(worker_env or {})})}
+        """)
+
+
 def test_mpi_example_trains_with_one_rank_in_each_worker_task(run_shoal, repo_root):
     require_mpi()
     r = run_shoal("run", repo_root / "examples" / "mpi" / "job.yaml", timeout=180, env=ROOT_OK)
@@ -48,20 +66,9 @@ RANKS_PROGRAM = (
 
 def test_a_launcher_command_that_runs_mpirun_itself_gets_the_hostfile(run_shoal, write_job):
     require_mpi()
-    job = write_job(f"""
-        name: mpi-own-mpirun
-        framework: mpi
-        mpi: {{slots_per_worker: 2}}
-        roles:
-          launcher:
-            command: [mpirun, -np, "3", --bind-to, none, /usr/bin/python3, -c, "{RANKS_PROGRAM}"]
-            resources: {{cpus: 0.1}}
-            env: {json.dumps(ROOT_OK)}
-          worker:
-            instances: 2
-            resources: {{cpus: 0.5}}
-            env: {json.dumps(ROOT_OK)}
-        """)
+    job = write_mpi_job(write_job, "mpi-own-mpirun", [
+        "mpirun", "-np", "3", "--bind-to", "none", "/usr/bin/python3", "-c", RANKS_PROGRAM],
+        slots=2)
     r = run_shoal("run", job, timeout=120)
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     out = lines_of(r.stdout, "launcher:0")
@@ -86,22 +93,12 @@ DIRECTORIES_PROGRAM = (
 
 def run_directories_job(run_shoal, write_job, tmp_path, worker_env, workers=2):
     """Workers of two slots each, so that each worker hosts two ranks that share memory."""
+    require_mpi()
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    job = write_job(f"""
-        name: mpi-directories
-        framework: mpi
-        mpi: {{slots_per_worker: 2}}
-        roles:
-          launcher:
-            command: [/usr/bin/python3, -c, "{DIRECTORIES_PROGRAM}"]
-            resources: {{cpus: 0.1}}
-            env: {json.dumps(ROOT_OK)}
-          worker:
-            instances: {workers}
-            resources: {{cpus: 0.5}}
-            env: {json.dumps({**ROOT_OK, **worker_env})}
-        """)
+    job = write_mpi_job(write_job, "mpi-directories",
+                        ["/usr/bin/python3", "-c", DIRECTORIES_PROGRAM], workers=workers, slots=2,
+                        worker_env=worker_env)
     r = run_shoal("run", job, timeout=120, env={"TMPDIR": str(tmp)})
     assert r.returncode == 0, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     (line,) = [l for l in lines_of(r.stdout, "launcher:0") if l.startswith("directories ")]
@@ -151,19 +148,7 @@ def test_a_failing_rank_fails_the_job_and_leaves_no_process(run_shoal, write_job
     require_mpi()
     program = ("from mpi4py import MPI; import sys; c = MPI.COMM_WORLD; c.Barrier(); "
                "sys.exit(3 if c.rank == 1 else 0)")
-    job = write_job(f"""
-        name: mpi-failing-rank
-        framework: mpi
-        roles:
-          launcher:
-            command: [/usr/bin/python3, -c, "{program}"]
-            resources: {{cpus: 0.1}}
-            env: {json.dumps(ROOT_OK)}
-          worker:
-            instances: 2
-            resources: {{cpus: 0.5}}
-            env: {json.dumps(ROOT_OK)}
-        """)
+    job = write_mpi_job(write_job, "mpi-failing-rank", ["/usr/bin/python3", "-c", program])
     r = run_shoal("run", job, timeout=120)
     assert r.returncode == 1, f"rc={r.returncode}\n{r.stdout}\n{r.stderr}"
     assert "launcher:0" in r.stderr and "failed" in r.stderr, r.stderr
