@@ -66,9 +66,12 @@ def test_the_config_is_derived_from_a_real_call_and_rewritten_only_when_it_chang
                         config={"max_batch_size": 8})
     config_path = tmp_path / "mlp" / "config.yaml"
     config = yaml.safe_load(config_path.read_text())
+    # And a warmup of that shape (batch 1), so that TorchScript's first, slow runs fall on no
+    # client request (nor into a canary's latency comparison).
     assert config == {"max_batch_size": 8,
                       "inputs": [{"name": "x", "datatype": "FP32", "dims": [16]}],
-                      "outputs": [{"name": "output", "datatype": "FP32", "dims": [8]}]}
+                      "outputs": [{"name": "output", "datatype": "FP32", "dims": [8]}],
+                      "warmup": [{"count": 2, "inputs": {"x": {"dims": [1, 16]}}}]}
     before = config_path.stat().st_mtime_ns
     time.sleep(0.01)
     assert shoal.publish_model(Mlp(), "mlp", repository=str(tmp_path), example_inputs=torch.zeros(2, 16),
@@ -80,6 +83,21 @@ def test_the_config_is_derived_from_a_real_call_and_rewritten_only_when_it_chang
     flat = yaml.safe_load((tmp_path / "flat" / "config.yaml").read_text())
     assert flat["inputs"] == [{"name": "x", "datatype": "FP32", "dims": [1, 16]}]
     assert flat["outputs"] == [{"name": "h", "datatype": "FP32", "dims": [1, 8]}]
+    assert flat["warmup"] == [{"count": 2, "inputs": {"x": {"dims": [1, 16]}}}]
+
+
+@pytest.mark.parametrize("given, warmup", [
+    ({"warmup": []}, []),  # none, by choice
+    ({"warmup": [{"inputs": {"x": {"dims": [1, 16], "fill": "one"}}}]},
+     [{"inputs": {"x": {"dims": [1, 16], "fill": "one"}}}]),
+    # Inputs of the caller's own: their names and dims may not be the example's, so no warmup.
+    ({"inputs": [{"name": "features", "datatype": "FP32", "dims": [-1]}]}, None),
+])
+def test_a_warmup_or_inputs_the_config_gives_leave_the_warmup_to_it(tmp_path, given, warmup):
+    import yaml
+    shoal.publish_model(Mlp(), "m", repository=str(tmp_path), example_inputs=torch.zeros(1, 16),
+                        config=given)
+    assert yaml.safe_load((tmp_path / "m" / "config.yaml").read_text()).get("warmup") == warmup
 
 
 @pytest.mark.parametrize("call, message", [

@@ -209,6 +209,15 @@ def _signature(module, example_inputs, max_batch_size: int) -> Dict[str, Any]:
     return signature
 
 
+def _warmup(inputs, max_batch_size: int):
+    """Two zero-filled requests of the example's shape (batch 1 when batching) on every instance
+    before the version serves. TorchScript's profiling executor profiles a graph on its first
+    run and optimises it on the second; without these, those slow runs fall on the first client
+    requests, inside a canary's latency comparison, which then rolls back a good version."""
+    shape = lambda i: [1, *i["dims"]] if max_batch_size >= 1 else list(i["dims"])
+    return [{"count": 2, "inputs": {i["name"]: {"dims": shape(i)} for i in inputs}}]
+
+
 def _config_text(config) -> str:
     if isinstance(config, str):
         return config if config.endswith("\n") else config + "\n"
@@ -367,7 +376,9 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     or hdfs://namenode[:port]/path; default $SHOAL_MODEL_REPOSITORY. `config`: the model's
     config.yaml, as a dict or YAML text (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
     first when the config sets `max_batch_size` >= 1) the module is run once on them and the
-    config's `inputs` and `outputs` are derived from that call, unless `config` gives them.
+    config's `inputs` and `outputs` are derived from that call, unless `config` gives them;
+    with derived inputs, the config also gets a `warmup` of two zero-filled requests of that
+    shape unless it has one (`warmup: []` for none).
     The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's
     `publish.keep`) only that many newest versions of the model are left afterwards: under the
     server's default `version_policy: latest` it serves the newest that loads, so keep >= 2
@@ -409,7 +420,10 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
                                "that the derived inputs and outputs can join it")
         config_dict = config_dict or {}
         max_batch = int(config_dict.get("max_batch_size", 0) or 0)
-        for key, value in _signature(module, example_inputs, max_batch).items():
+        signature = _signature(module, example_inputs, max_batch)
+        if "inputs" not in config_dict and "warmup" not in config_dict:
+            config_dict["warmup"] = _warmup(signature["inputs"], max_batch)
+        for key, value in signature.items():
             config_dict.setdefault(key, value)
     config_text = _config_text(config_dict if config_dict is not None else config) \
         if (config_dict is not None or config is not None) else None
