@@ -71,7 +71,7 @@ def test_the_config_is_derived_from_a_real_call_and_rewritten_only_when_it_chang
     assert config == {"max_batch_size": 8,
                       "inputs": [{"name": "x", "datatype": "FP32", "dims": [16]}],
                       "outputs": [{"name": "output", "datatype": "FP32", "dims": [8]}],
-                      "warmup": [{"count": 2, "inputs": {"x": {"dims": [1, 16]}}}]}
+                      "warmup": [{"count": 2, "inputs": {"x": {"dims": [1, 16], "fill": "one"}}}]}
     before = config_path.stat().st_mtime_ns
     time.sleep(0.01)
     assert shoal.publish_model(Mlp(), "mlp", repository=str(tmp_path), example_inputs=torch.zeros(2, 16),
@@ -83,7 +83,7 @@ def test_the_config_is_derived_from_a_real_call_and_rewritten_only_when_it_chang
     flat = yaml.safe_load((tmp_path / "flat" / "config.yaml").read_text())
     assert flat["inputs"] == [{"name": "x", "datatype": "FP32", "dims": [1, 16]}]
     assert flat["outputs"] == [{"name": "h", "datatype": "FP32", "dims": [1, 8]}]
-    assert flat["warmup"] == [{"count": 2, "inputs": {"x": {"dims": [1, 16]}}}]
+    assert flat["warmup"] == [{"count": 2, "inputs": {"x": {"dims": [1, 16], "fill": "one"}}}]
 
 
 @pytest.mark.parametrize("given, warmup", [

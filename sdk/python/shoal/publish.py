@@ -210,12 +210,15 @@ def _signature(module, example_inputs, max_batch_size: int) -> Dict[str, Any]:
 
 
 def _warmup(inputs, max_batch_size: int):
-    """Two zero-filled requests of the example's shape (batch 1 when batching) on every instance
-    before the version serves. TorchScript's profiling executor profiles a graph on its first
-    run and optimises it on the second; without these, those slow runs fall on the first client
-    requests, inside a canary's latency comparison, which then rolls back a good version."""
+    """Two requests of the example's shape (batch 1 when batching) on every instance before the
+    version serves. TorchScript's profiling executor profiles a graph on its first run and
+    optimises it on the second; without these, those slow runs fall on the first client
+    requests, inside a canary's latency comparison, which then rolls back a good version.
+    Filled with ones rather than zeros: a valid token id, length or mask where zero may not be
+    (a failing warmup refuses the version)."""
     shape = lambda i: [1, *i["dims"]] if max_batch_size >= 1 else list(i["dims"])
-    return [{"count": 2, "inputs": {i["name"]: {"dims": shape(i)} for i in inputs}}]
+    return [{"count": 2,
+             "inputs": {i["name"]: {"dims": shape(i), "fill": "one"} for i in inputs}}]
 
 
 def _config_text(config) -> str:
@@ -377,8 +380,8 @@ def publish_model(model, name: str, *, repository: Optional[str] = None,
     config.yaml, as a dict or YAML text (docs/serving.md). With `example_inputs` (a tensor or a tuple of tensors, batch dimension
     first when the config sets `max_batch_size` >= 1) the module is run once on them and the
     config's `inputs` and `outputs` are derived from that call, unless `config` gives them;
-    with derived inputs, the config also gets a `warmup` of two zero-filled requests of that
-    shape unless it has one (`warmup: []` for none).
+    with derived inputs, the config also gets a `warmup` of two requests of that shape, filled
+    with ones, unless it has one (`warmup: []` for none).
     The config is (re)written only when it changes. With $SHOAL_MODEL_KEEP (the job file's
     `publish.keep`) only that many newest versions of the model are left afterwards: under the
     server's default `version_policy: latest` it serves the newest that loads, so keep >= 2
