@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -98,6 +99,21 @@ absl::Status MakeDirs(const std::string& path, int mode) {
   if (ec) return absl::InternalError(absl::StrCat("create directory ", path, ": ", ec.message()));
   ::chmod(path.c_str(), mode);
   return absl::OkStatus();
+}
+
+std::string TemporaryDirectoryRoot() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+
+absl::StatusOr<std::string> MakeTemporaryDirectory(std::string_view prefix, std::string parent) {
+  if (parent.empty()) parent = TemporaryDirectoryRoot();
+  const std::string pattern = absl::StrCat(parent, "/", std::string(prefix), "XXXXXX");
+  std::string path = pattern;  // mkdtemp fills in the Xs, even when it fails
+  if (::mkdtemp(path.data()) == nullptr) {
+    return ErrnoStatus(absl::StrCat("cannot create a directory ", pattern), errno);
+  }
+  return path;
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {

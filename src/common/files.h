@@ -26,6 +26,14 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // mkdir -p with a clear error naming the path.
 absl::Status MakeDirs(const std::string& path, int mode = 0755);
 
+// A new directory `parent`/`prefix`XXXXXX, mode 0700, under a name no other caller gets
+// (mkdtemp). `parent` empty: $TMPDIR, else /tmp. The error names the directory it tried.
+absl::StatusOr<std::string> MakeTemporaryDirectory(std::string_view prefix,
+                                                   std::string parent = "");
+
+// $TMPDIR, else /tmp.
+std::string TemporaryDirectoryRoot();
+
 // An error status naming `what` and strerror(errno).
 absl::Status ErrnoStatus(std::string_view what, int err);
 

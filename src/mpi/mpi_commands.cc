@@ -373,23 +373,21 @@ void RemoveDirectories(const std::vector<std::string>& paths) {
 // and removes them when it stops. A variable the role's env sets keeps its value.
 absl::StatusOr<std::vector<std::string>> GiveRanksDirectoriesOfTheirOwn(const std::string& role,
                                                                        uint32_t index) {
-  std::string tmp = Env("TMPDIR");
-  if (tmp.empty()) tmp = "/tmp";
+  std::string tmp = TemporaryDirectoryRoot();
   std::string shm = ::access("/dev/shm", W_OK | X_OK) == 0 ? "/dev/shm" : tmp;
   const std::pair<const char*, std::string> wanted[] = {
       {"OMPI_MCA_orte_tmpdir_base", tmp}, {"OMPI_MCA_btl_vader_backing_directory", shm}};
   std::vector<std::string> made;
   for (const auto& [variable, parent] : wanted) {
     if (!Env(variable).empty()) continue;
-    std::string path = absl::StrCat(parent, "/shoal-mpi-", role, index, "-XXXXXX");
-    if (::mkdtemp(path.data()) == nullptr) {
-      std::string why = std::strerror(errno);
+    auto path = MakeTemporaryDirectory(absl::StrCat("shoal-mpi-", role, index, "-"), parent);
+    if (!path.ok()) {
       RemoveDirectories(made);
-      return absl::InternalError(
-          absl::StrCat("could not create a directory in ", parent, " for ", variable, ": ", why));
+      return absl::Status(path.status().code(),
+                          absl::StrCat(variable, ": ", path.status().message()));
     }
-    ::setenv(variable, path.c_str(), 1);
-    made.push_back(std::move(path));
+    ::setenv(variable, path->c_str(), 1);
+    made.push_back(std::move(*path));
   }
   return made;
 }

@@ -282,8 +282,8 @@ def test_mpi_worker_that_cannot_make_its_directories_says_so_and_serves_nothing(
     r = subprocess.run([shoal_bin, "mpi-worker"], env=env, capture_output=True, text=True,
                        timeout=30)
     assert r.returncode == 1, r
-    assert (f"could not create a directory in {missing} for OMPI_MCA_orte_tmpdir_base: "
-            "No such file or directory") in r.stderr, r.stderr
+    assert ("OMPI_MCA_orte_tmpdir_base: cannot create a directory "
+            f"{missing}/shoal-mpi-worker0-XXXXXX: No such file or directory") in r.stderr, r.stderr
     assert "hosting MPI ranks" not in r.stderr, r.stderr
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the worker left its port listening"

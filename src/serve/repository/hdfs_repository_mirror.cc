@@ -1,11 +1,7 @@
 #include "serve/repository/hdfs_repository_mirror.h"
 
-#include <stdlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/files.h"
 #include "serve/repository/model_repository.h"
 
 namespace shoal::serve {
@@ -68,16 +65,14 @@ std::vector<std::string> LocalNames(const fs::path& dir) {
 absl::StatusOr<std::pair<std::string, bool>> PrepareCacheDir(const std::string& given) {
   std::error_code ec;
   if (given.empty()) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/shoal-serve-hdfs-XXXXXX");
-    if (mkdtemp(pattern.data()) == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cannot make a temporary directory for the copy of the repository (",
-                       pattern, "): ", std::strerror(errno)));
+    absl::StatusOr<std::string> made = MakeTemporaryDirectory("shoal-serve-hdfs-");
+    if (!made.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot make a temporary directory for the copy of the repository: ",
+          made.status().message()));
     }
-    std::ofstream(fs::path(pattern) / HdfsRepositoryMirror::kMarkerName).flush();
-    return std::make_pair(pattern, true);
+    std::ofstream(fs::path(*made) / HdfsRepositoryMirror::kMarkerName).flush();
+    return std::make_pair(*made, true);
   }
   fs::path dir = fs::absolute(given, ec);
   fs::create_directories(dir, ec);
