@@ -29,8 +29,8 @@
 namespace shoal::agent {
 
 // The agent's one stream to the master. Messages sent while the stream is down are held (exits
-// and starts always; output only up to a limit) and go out on reconnect, after the relayed SDK
-// calls that the previous master never answered (master_outbox.h).
+// and starts always) and go out on reconnect, after the relayed SDK calls that the previous
+// master never answered and the output it never wrote to the job's files (master_outbox.h).
 class MasterLink {
  public:
   MasterLink(std::string address, std::string token)
@@ -99,6 +99,12 @@ class MasterLink {
   void Answered(uint64_t request_id) {
     std::lock_guard<std::mutex> lock(mu_);
     outbox_.Answered(request_id);
+  }
+
+  // The master's files hold this output: no need to keep it for a master that replaces it.
+  void Committed(const v1::LogsCommitted& committed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    outbox_.Committed(committed);
   }
 
   // Blocks in the caller's thread; only one reader.
@@ -217,13 +223,20 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   auto batch = std::make_shared<v1::AgentMessage>();
   agent->log_batcher_ = std::make_unique<LogBatcher>(
       agent->options_.log_flush_window, kMaxHeldOutputBytes,
-      [batch](const std::string& key, OutputStream stream, std::string data) {
+      [self, batch](const std::string& key, OutputStream stream, std::string data) {
         v1::LogChunk* chunk = batch->mutable_logs()->add_chunks();
         auto [role, index] = SplitKey(key);
         chunk->mutable_task()->set_role(role);
         chunk->mutable_task()->set_index(index);
-        chunk->set_stream(stream == OutputStream::kStderr ? v1::LogChunk::STREAM_STDERR
-                                                          : v1::LogChunk::STREAM_STDOUT);
+        const bool is_stderr = stream == OutputStream::kStderr;
+        chunk->set_stream(is_stderr ? v1::LogChunk::STREAM_STDERR : v1::LogChunk::STREAM_STDOUT);
+        {
+          absl::MutexLock lock(&self->mu_);
+          Agent::OutputOffsets& offsets = self->output_offsets_[key];
+          chunk->mutable_task()->set_attempt(offsets.attempt);
+          chunk->set_offset(offsets.next[is_stderr ? 1 : 0]);
+          offsets.next[is_stderr ? 1 : 0] += data.size();
+        }
         chunk->set_data(std::move(data));
       },
       [self, batch] {
@@ -482,6 +495,9 @@ void Agent::HandleMessage(const v1::MasterMessage& message) {
       link_->Answered(message.sdk_reply().request_id());
       sdk_->Reply(message.sdk_reply().request_id(), message.sdk_reply().json());
       break;
+    case v1::MasterMessage::kLogsCommitted:
+      link_->Committed(message.logs_committed());
+      break;
     case v1::MasterMessage::kShutdown:
       shutting_down_ = true;
       stop_requested_ = true;
@@ -533,6 +549,7 @@ void Agent::Launch(const v1::MasterMessage& message) {
     starting_.insert(key);
     live_.insert(key);
     attempts_[key] = l.task().attempt();
+    output_offsets_[key] = OutputOffsets{l.task().attempt(), {0, 0}};
     SampledTask& sampled = sampled_[key];
     sampled.start_unix_ms = absl::ToUnixMillis(absl::Now());
     sampled.gpus.clear();

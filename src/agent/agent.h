@@ -136,6 +136,13 @@ class Agent {
   std::set<std::string> live_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> stopping_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint32_t> attempts_ ABSL_GUARDED_BY(mu_);  // task -> current attempt
+  // How many bytes of each stream of its current attempt a task has written: where the next
+  // chunk starts, so that the master can skip what it already has (master_outbox.h).
+  struct OutputOffsets {
+    uint32_t attempt = 0;
+    uint64_t next[2] = {0, 0};  // stdout, stderr
+  };
+  std::map<std::string, OutputOffsets> output_offsets_ ABSL_GUARDED_BY(mu_);
   // Each task's last exit as reported. A master may die with it unread in its socket (the
   // write succeeded): the agent reports it again to every master it registers with after the
   // first, and the master ignores what it had seen (an older attempt, a finished task).

@@ -32,21 +32,17 @@ absl::Status ErrnoStatus(std::string_view what, int err) {
   }
 }
 
-namespace {
-
-absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
+absl::Status WriteAll(int fd, std::string_view data, std::string_view path) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("write ", path), errno);
+      return ErrnoStatus("write " + std::string(path), errno);
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, int mode) {
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());

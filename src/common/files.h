@@ -17,6 +17,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 // where two fsyncs would cost more than the whole operation.
 absl::Status ReplaceFile(const std::string& path, std::string_view contents, int mode = 0644);
 
+// Writes all of `data` to `fd` (retrying short writes and EINTR); the error names `path`.
+absl::Status WriteAll(int fd, std::string_view data, std::string_view path);
+
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // A credential from a file: its content without surrounding whitespace. InvalidArgument names

@@ -281,10 +281,10 @@ void Master::AgentMessageReceived(AgentConnection* connection, uint64_t session_
         OnTaskExited(message);
         break;
       case v1::AgentMessage::kLog:
-        OnLogChunk(message.log());
+        OnLogChunk(message.log(), session->node);
         break;
       case v1::AgentMessage::kLogs:
-        for (const v1::LogChunk& chunk : message.logs().chunks()) OnLogChunk(chunk);
+        for (const v1::LogChunk& chunk : message.logs().chunks()) OnLogChunk(chunk, session->node);
         break;
       case v1::AgentMessage::kResources:
         OnResourceSamples(message);
@@ -389,6 +389,7 @@ void Master::AfterBatch() {
     return BuildJobStatus(job_, {options_.spec.name, created_unix_ms_, finished_unix_ms_,
                                  static_cast<uint32_t>(plan_.tasks.size())});
   });
+  TellAgentsWhatOutputIsCommitted();
 }
 
 void Master::Notice(const std::string& text) { publisher_->EmitNotice(text); }

@@ -126,7 +126,10 @@ class Master : public ControlPlane,
   // ---- task facts and places (master.cc)
   void OnTaskStarted(const v1::AgentMessage& message);
   // A chunk of a task's output, from a LogChunk or a LogBatch.
-  void OnLogChunk(const v1::LogChunk& chunk);
+  void OnLogChunk(const v1::LogChunk& chunk, const std::string& node);
+  // After the batch's output is in the files: each agent learns how far its tasks' output is
+  // there, and stops keeping it (docs/design/0002-fault-tolerance.md).
+  void TellAgentsWhatOutputIsCommitted();
   void OnTaskExited(const v1::AgentMessage& message, bool settled = false);
   void OnTaskStalled(const v1::AgentMessage& message);
   // The agent's samples of its tasks: kept in each task's resources.jsonl.

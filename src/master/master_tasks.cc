@@ -160,12 +160,31 @@ void Master::OnResourceSamples(const v1::AgentMessage& message) {
   }
 }
 
-void Master::OnLogChunk(const v1::LogChunk& chunk) {
+void Master::OnLogChunk(const v1::LogChunk& chunk, const std::string& node) {
   TaskRecord* rec = job_.tasks.Find(chunk.task().role(), chunk.task().index());
   if (rec == nullptr) return;
   // Watchers read the lines from logs.txt once the batch's flush commits them.
-  publisher_->logs().Append(rec->Key(), absl::StrCat(rec->role, "-", rec->index),
-                            chunk.stream() == v1::LogChunk::STREAM_STDERR, chunk.data());
+  publisher_->logs().Append(
+      {rec->Key(), chunk.task().attempt(), chunk.stream() == v1::LogChunk::STREAM_STDERR},
+      absl::StrCat(rec->role, "-", rec->index), chunk.offset(), chunk.data(), node);
+}
+
+void Master::TellAgentsWhatOutputIsCommitted() {
+  std::map<std::string, v1::MasterMessage> by_node;
+  for (const CommittedOutput& c : publisher_->logs().TakeCommitted()) {
+    auto* p = by_node[c.source].mutable_logs_committed()->add_positions();
+    auto [role, index] = SplitTaskKey(c.stream.task);
+    p->mutable_task()->set_role(role);
+    p->mutable_task()->set_index(index);
+    p->mutable_task()->set_attempt(c.stream.attempt);
+    p->set_stream(c.stream.is_stderr ? v1::LogChunk::STREAM_STDERR : v1::LogChunk::STREAM_STDOUT);
+    p->set_offset(c.offset);
+  }
+  if (by_node.empty()) return;
+  for (auto& [node, message] : by_node) {
+    if (AgentSession* s = agents_.ForNode(node)) agents_.Send(*s, message);
+  }
+  agents_.Flush();
 }
 
 }  // namespace shoal::master
