@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<TaskLogs>> TaskLogs::Open(const std::string& job_
     StreamState& s = logs->streams_[id];
     s.received = s.committed = s.flushed = offset;
   }
+  logs->flushed_files_ = positions.files;
   // One record of the whole state starts the file: what an interrupted flush wrote is gone.
   const std::string positions_path = job_dir + "/logs.positions";
   std::string record = logs->FlushedState();
@@ -257,12 +258,7 @@ std::string TaskLogs::FlushedState() const {
     streams.push_back({id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.flushed});
   }
   nlohmann::json files = nlohmann::json::array();
-  for (const auto& [task, sink] : sinks_) {
-    if (sink.fd[0] < 0) continue;  // no directory: no raw files
-    for (int i = 0; i < 2; ++i) {
-      files.push_back({absl::StrCat(sink.dir_name, "/", kStreamNames[i]), sink.size[i]});
-    }
-  }
+  for (const auto& [file, size] : flushed_files_) files.push_back({file, size});
   nlohmann::json record = {{"start", flushed_bytes_},
                            {"end", flushed_bytes_},
                            {"streams", streams},
@@ -320,12 +316,17 @@ bool TaskLogs::Flush() {
   for (const std::string& task : changed_files_) {
     Sink& sink = sinks_.at(task);
     for (int i = 0; i < 2; ++i) {
-      if (sink.pending[i].empty()) continue;
-      if (st.ok() && sink.fd[i] >= 0) {
-        st = WriteAll(sink.fd[i], sink.pending[i], absl::StrCat(sink.dir_name, "/", kStreamNames[i]));
+      if (sink.fd[i] < 0) {  // no directory: no raw files
+        sink.pending[i].clear();
+        continue;
+      }
+      const std::string file = absl::StrCat(sink.dir_name, "/", kStreamNames[i]);
+      if (st.ok() && !sink.pending[i].empty()) {
+        st = WriteAll(sink.fd[i], sink.pending[i], file);
         sink.size[i] = SizeOf(sink.fd[i]);
       }
       sink.pending[i].clear();
+      flushed_files_[file] = sink.size[i];
     }
   }
   if (st.ok()) st = WriteAll(combined_fd_, pending_combined_, job_dir_ + "/logs.txt");

@@ -111,6 +111,7 @@ class TaskLogs {
   std::set<TaskStreamId> changed_;      // positions moved since the last flush
   std::set<TaskStreamId> unreported_;   // positions flushed, not yet taken for the agents
   std::set<std::string> changed_files_;  // by task, raw files that grow in the next flush
+  std::map<std::string, uint64_t> flushed_files_;  // "role-index/stdout" -> size
   int positions_fd_ = -1;
   uint64_t positions_bytes_ = 0;
   uint64_t cut_at_open_ = 0;

@@ -164,6 +164,18 @@ TEST_F(TaskLogsTest, AFlushCutShortIsUndoneAndItsOutputTakenAgain) {
   EXPECT_EQ(Raw("tasks/worker-0/stdout"), "one\ntwo\nthree\n");
 }
 
+TEST_F(TaskLogsTest, AFlushCutShortRightAfterARecoveryKeepsWhatTheFirstMasterWrote) {
+  Out("worker:0", "one\n");
+  logs_->Flush();
+  KillAndReopen();
+  Out("worker:0", "two\n");
+  logs_->Flush();
+  std::filesystem::resize_file(dir_ / "logs.txt", std::string("worker:0 | one\nwo").size());
+  KillAndReopen();
+  EXPECT_EQ(Raw("logs.txt"), "worker:0 | one\n");
+  EXPECT_EQ(Raw("tasks/worker-0/stdout"), "one\n");
+}
+
 TEST_F(TaskLogsTest, ATornPositionsRecordIsIgnored) {
   Out("worker:0", "one\n");
   logs_->Flush();
