@@ -24,7 +24,8 @@ constexpr const char* kStreamNames[2] = {"stdout", "stderr"};
 struct Positions {
   uint64_t start = 0;  // logs.txt's size before the flush that wrote the record
   uint64_t end = 0;
-  std::map<TaskStreamId, uint64_t> streams;
+  // stream -> {the end of its last whole line in logs.txt, the end of it in the raw file}
+  std::map<TaskStreamId, std::pair<uint64_t, uint64_t>> streams;
   std::map<std::string, uint64_t> files;  // "role-index/stdout" -> size
 };
 
@@ -38,7 +39,8 @@ std::optional<Positions> ParseRecord(absl::string_view line) {
     p.end = json.at("end").get<uint64_t>();
     for (const auto& s : json.at("streams")) {
       p.streams[{s.at(0).get<std::string>(), s.at(1).get<uint32_t>(),
-                 s.at(2).get<std::string>() == "stderr"}] = s.at(3).get<uint64_t>();
+                 s.at(2).get<std::string>() == "stderr"}] = {s.at(3).get<uint64_t>(),
+                                                             s.at(4).get<uint64_t>()};
     }
     for (const auto& f : json.at("files")) p.files[f.at(0).get<std::string>()] = f.at(1);
     return p;
@@ -129,9 +131,10 @@ absl::StatusOr<std::unique_ptr<TaskLogs>> TaskLogs::Open(const std::string& job_
   auto& [positions, cut] = *recovered;
   auto logs = std::unique_ptr<TaskLogs>(new TaskLogs(job_dir, combined, SizeOf(combined)));
   logs->cut_at_open_ = cut;
-  for (const auto& [id, offset] : positions.streams) {
+  for (const auto& [id, offsets] : positions.streams) {
     StreamState& s = logs->streams_[id];
-    s.received = s.committed = s.flushed = offset;
+    s.received = s.committed = s.flushed = offsets.first;
+    s.raw = s.raw_flushed = offsets.second;
   }
   logs->flushed_files_ = positions.files;
   // One record of the whole state starts the file: what an interrupted flush wrote is gone.
@@ -177,12 +180,9 @@ TaskLogs::Sink& TaskLogs::SinkFor(const std::string& task, const std::string& di
   return sink;
 }
 
-void TaskLogs::Consume(const TaskStreamId& id, Sink& sink, uint64_t bytes, std::string raw) {
-  StreamState& s = streams_[id];
-  s.committed += bytes;
-  sink.pending[id.is_stderr ? 1 : 0] += raw;
+void TaskLogs::Consume(const TaskStreamId& id, uint64_t bytes) {
+  streams_[id].committed += bytes;
   changed_.insert(id);
-  changed_files_.insert(id.task);
 }
 
 std::string TaskLogs::Append(const TaskStreamId& id, const std::string& dir_name,
@@ -207,7 +207,16 @@ std::string TaskLogs::Append(const TaskStreamId& id, const std::string& dir_name
     pending_combined_ += gap;
     combined_bytes_ += gap.size();
     s.received = s.committed = offset;
+    s.raw = std::max(s.raw, offset);
     changed_.insert(id);
+  }
+  // The raw file takes every byte at once; only what an earlier master already wrote there
+  // (the partial line it held when it died, sent again) is left out of it.
+  if (uint64_t end = s.received + data.size(); end > s.raw) {
+    sink.pending[i].append(data.substr(data.size() - (end - s.raw)));
+    s.raw = end;
+    changed_.insert(id);
+    changed_files_.insert(id.task);
   }
   sink.partial_attempt[i] = id.attempt;
   partial.append(data);
@@ -219,12 +228,12 @@ std::string TaskLogs::Append(const TaskStreamId& id, const std::string& dir_name
     found.append(partial, start, nl - start + 1);
   }
   if (start > 0) {
-    Consume(id, sink, start, partial.substr(0, start));
+    Consume(id, start);
     partial.erase(0, start);
   }
   if (partial.size() > kMaxLine) {
     found += prefix + partial + "\n";
-    Consume(id, sink, partial.size(), std::move(partial));
+    Consume(id, partial.size());
     partial.clear();
   }
   pending_combined_ += found;
@@ -238,8 +247,7 @@ std::string TaskLogs::FinishPartial(const std::string& task, Sink& sink, int str
   std::string line = absl::StrCat(task, " | ", partial, "\n");
   pending_combined_ += line;
   combined_bytes_ += line.size();
-  TaskStreamId id{task, sink.partial_attempt[stream_index], stream_index == 1};
-  Consume(id, sink, partial.size(), std::move(partial));
+  Consume({task, sink.partial_attempt[stream_index], stream_index == 1}, partial.size());
   partial.clear();
   return line;
 }
@@ -255,7 +263,8 @@ std::string TaskLogs::FinishTask(const std::string& task) {
 std::string TaskLogs::FlushedState() const {
   nlohmann::json streams = nlohmann::json::array();
   for (const auto& [id, s] : streams_) {
-    streams.push_back({id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.flushed});
+    streams.push_back(
+        {id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.flushed, s.raw_flushed});
   }
   nlohmann::json files = nlohmann::json::array();
   for (const auto& [file, size] : flushed_files_) files.push_back({file, size});
@@ -269,8 +278,8 @@ std::string TaskLogs::FlushedState() const {
 std::string TaskLogs::NextFlushRecord() const {
   nlohmann::json streams = nlohmann::json::array();
   for (const TaskStreamId& id : changed_) {
-    streams.push_back(
-        {id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], streams_.at(id).committed});
+    const StreamState& s = streams_.at(id);
+    streams.push_back({id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.committed, s.raw});
   }
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& task : changed_files_) {
@@ -345,8 +354,9 @@ bool TaskLogs::Flush() {
   flushed_bytes_ = combined_bytes_;
   for (const TaskStreamId& id : changed_) {
     StreamState& s = streams_.at(id);
+    if (s.committed != s.flushed) unreported_.insert(id);  // not for raw bytes alone
     s.flushed = s.committed;
-    unreported_.insert(id);
+    s.raw_flushed = s.raw;
   }
   changed_.clear();
   return true;

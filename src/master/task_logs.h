@@ -38,10 +38,11 @@ struct CommittedOutput {
 // says where it starts in its stream, so output an agent sends again is skipped, and each
 // flush first appends to `logs.positions` how far every changed stream and file will then be,
 // then writes the raw files, then logs.txt. A stream's position is the end of its last whole
-// line: a partial line is in no file until it ends (or is cut, or its task ends). A master
-// that opens the job again reads the last record whose logs.txt write completed, cuts what an
-// interrupted flush left, and so knows where each stream's output must continue; the agents
-// keep what they sent past the positions it acknowledged (TakeCommitted) and send it again.
+// line in logs.txt; the raw file has every byte at once, and its own position, so a partial
+// line the master held when it died is not written to it twice. A master that opens the job
+// again reads the last record whose logs.txt write completed, cuts what an interrupted flush
+// left, and so knows where each stream's output must continue; the agents keep what they sent
+// past the positions it acknowledged (TakeCommitted) and send it again.
 //
 // Owned by the master's loop; not thread-safe.
 class TaskLogs {
@@ -77,15 +78,17 @@ class TaskLogs {
  private:
   struct StreamState {
     uint64_t received = 0;   // the stream's bytes taken so far (in lines or the partial line)
-    uint64_t committed = 0;  // the end of its last whole line in the files or pending for them
+    uint64_t committed = 0;  // the end of its last whole line in logs.txt or pending for it
     uint64_t flushed = 0;    // the same, as the last successful flush left it
+    uint64_t raw = 0;        // the end of what the raw file has or will get with the next flush
+    uint64_t raw_flushed = 0;
     std::string source;
   };
   struct Sink {
     std::string dir_name;
     int fd[2] = {-1, -1};          // the raw stdout and stderr files
     uint64_t size[2] = {0, 0};     // their sizes once flushed
-    std::string pending[2];        // raw bytes of whole lines, for the next flush
+    std::string pending[2];        // raw bytes for the next flush
     std::string partial[2];        // the unfinished line of each stream
     uint32_t partial_attempt[2] = {0, 0};
   };
@@ -94,7 +97,8 @@ class TaskLogs {
   // Moves the partial line of one stream of `sink` into logs.txt and the raw file; returns the
   // line as logs.txt gets it ("" if there was none).
   std::string FinishPartial(const std::string& task, Sink& sink, int stream_index);
-  void Consume(const TaskStreamId& id, Sink& sink, uint64_t bytes, std::string raw);
+  // `bytes` more of the stream are in whole lines of logs.txt.
+  void Consume(const TaskStreamId& id, uint64_t bytes);
   // logs.positions records: the whole state as the last flush left it, and what the next
   // flush changes (pending output included).
   std::string FlushedState() const;

@@ -115,9 +115,10 @@ TEST_F(TaskLogsTest, OutputTheAgentCouldNotKeepIsMarkedWhereItIsMissing) {
             "worker:0 | z\n");
 }
 
-TEST_F(TaskLogsTest, APartialLineIsInNoFileAndCommittedNowhereUntilItEnds) {
+TEST_F(TaskLogsTest, APartialLineIsInTheRawFileAtOnceButCommittedOnlyOnceItEnds) {
   Out("worker:0", "50%");
-  EXPECT_EQ(File("tasks/worker-0/stdout"), "");
+  EXPECT_EQ(File("tasks/worker-0/stdout"), "50%") << "a progress bar shows in the raw file";
+  EXPECT_EQ(File("logs.txt"), "");
   EXPECT_TRUE(logs_->TakeCommitted().empty());
   Out("worker:0", " done\n");
   EXPECT_EQ(File("tasks/worker-0/stdout"), "50% done\n");
@@ -127,6 +128,16 @@ TEST_F(TaskLogsTest, APartialLineIsInNoFileAndCommittedNowhereUntilItEnds) {
   EXPECT_EQ(committed[0].offset, 9u);
   EXPECT_EQ(committed[0].source, "node-a");
   EXPECT_TRUE(logs_->TakeCommitted().empty()) << "each position is reported once";
+}
+
+TEST_F(TaskLogsTest, APartialLineADeadMasterHeldIsNotWrittenTwiceToTheRawFile) {
+  Out("worker:0", "a\n50");
+  logs_->Flush();
+  KillAndReopen();
+  EXPECT_EQ(Raw("tasks/worker-0/stdout"), "a\n50");
+  At("worker:0", 2, "50% done\n");  // the agent's kept output, from the last whole line
+  EXPECT_EQ(File("tasks/worker-0/stdout"), "a\n50% done\n");
+  EXPECT_EQ(File("logs.txt"), "worker:0 | a\nworker:0 | 50% done\n");
 }
 
 // The defect: a master killed between receiving output and writing it lost those lines.
