@@ -170,6 +170,9 @@ void Master::OnLogChunk(const v1::LogChunk& chunk, const std::string& node) {
 }
 
 void Master::TellAgentsWhatOutputIsCommitted() {
+  const Clock::TimePoint now = options_.clock->Now();
+  if (output_acked_at_ && now - *output_acked_at_ < kOutputAckInterval) return;  // kept for later
+  output_acked_at_ = now;
   std::map<std::string, v1::MasterMessage> by_node;
   for (const CommittedOutput& c : publisher_->logs().TakeCommitted()) {
     auto* p = by_node[c.source].mutable_logs_committed()->add_positions();
