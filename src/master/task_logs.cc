@@ -201,8 +201,8 @@ std::string TaskLogs::Append(const TaskStreamId& id, const std::string& dir_name
     data.remove_prefix(s.received - offset);
   } else if (offset > s.received) {
     lines += FinishPartial(id.task, sink, i);
-    std::string gap = absl::StrCat(prefix, "[shoal: ", offset - s.received, " bytes of this task's ",
-                                   kStreamNames[i], " were lost here]\n");
+    std::string gap = absl::StrCat(prefix, "[shoal: ", offset - s.received,
+                                   " bytes of this task's ", kStreamNames[i], " were lost here]\n");
     lines += gap;
     pending_combined_ += gap;
     combined_bytes_ += gap.size();
@@ -279,7 +279,8 @@ std::string TaskLogs::NextFlushRecord() const {
   nlohmann::json streams = nlohmann::json::array();
   for (const TaskStreamId& id : changed_) {
     const StreamState& s = streams_.at(id);
-    streams.push_back({id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.committed, s.raw});
+    streams.push_back(
+        {id.task, id.attempt, kStreamNames[id.is_stderr ? 1 : 0], s.committed, s.raw});
   }
   nlohmann::json files = nlohmann::json::array();
   for (const std::string& task : changed_files_) {
