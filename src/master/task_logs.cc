@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -82,11 +83,21 @@ absl::StatusOr<std::pair<Positions, uint64_t>> Recover(const std::string& job_di
   if (!text.ok()) return text.status();
   Positions before;  // through the record before the last
   std::optional<Positions> last;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-    auto record = ParseRecord(line);
-    if (!record) break;  // an append the killed master did not finish: nothing follows it
-    if (last) Merge(before, *last);
-    last = std::move(record);
+  std::vector<absl::string_view> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+  for (size_t n = 0; n < lines.size(); ++n) {
+    auto record = ParseRecord(lines[n]);
+    if (record) {
+      if (last) Merge(before, *last);
+      last = std::move(record);
+      continue;
+    }
+    // The last line may be an append the killed master did not finish. A bad line with
+    // records after it is damage no flush leaves: cut nothing and trust none of the file.
+    if (n + 1 < lines.size()) {
+      spdlog::warn("{} is damaged at line {}; task output may repeat in logs.txt", path, n + 1);
+      state.start = state.end = logs_size;
+      return std::make_pair(state, uint64_t{0});
+    }
   }
   uint64_t cut_to = logs_size;
   if (!last) {

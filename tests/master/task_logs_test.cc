@@ -198,6 +198,24 @@ TEST_F(TaskLogsTest, ATornPositionsRecordIsIgnored) {
   EXPECT_EQ(File("logs.txt"), "worker:0 | one\nworker:0 | two\n");
 }
 
+TEST_F(TaskLogsTest, ADamagedPositionsFileCutsNothing) {
+  Out("worker:0", "one\n");
+  logs_->Flush();
+  Out("worker:0", "two\n");
+  logs_->Flush();
+  {
+    // Damage before the last record: not a torn append, so no record can be trusted.
+    std::string text = Raw("logs.positions");
+    size_t first_end = text.find('\n') + 1;
+    std::ofstream(dir_ / "logs.positions")
+        << text.substr(0, first_end) << "garbage\n" << text.substr(first_end);
+  }
+  KillAndReopen();
+  EXPECT_EQ(logs_->cut_at_open(), 0u);
+  EXPECT_EQ(Raw("logs.txt"), "worker:0 | one\nworker:0 | two\n");
+  EXPECT_EQ(Raw("tasks/worker-0/stdout"), "one\ntwo\n");
+}
+
 TEST_F(TaskLogsTest, ANewAttemptStartsItsStreamsAtZero) {
   Out("worker:0", "first\n");
   logs_->Append({"worker:0", 1, false}, "worker-0", 0, "second\n", "node-b");
